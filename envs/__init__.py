@@ -1,0 +1,1 @@
+"""Environment families; each subpackage registers its ids when imported."""

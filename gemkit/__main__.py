@@ -1,0 +1,7 @@
+"""`python -m gemkit` runs the CLI."""
+
+import sys
+
+from gemkit.cli import main
+
+sys.exit(main())

@@ -1,0 +1,224 @@
+"""The environment contract: a text `Env` and the wrappers that compose over it."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import string
+from typing import Any, SupportsFloat
+
+import gymnasium
+from gymnasium.spaces import Text
+
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+ResetResult = tuple[str, dict[str, Any]]
+
+
+class TextSpace(Text):
+    """A `gymnasium` Text space that holds any string up to `max_length` characters.
+
+    Sampling draws printable ASCII (useful for fuzzing an env with junk actions); membership
+    accepts any Unicode string, since an LLM can type anything.
+    """
+
+    def __init__(self, max_length: int = 100_000, *, min_length: int = 0, seed: int | None = None):
+        super().__init__(max_length, min_length=min_length, charset=string.printable, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        """Return True for any str within the length bounds."""
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"TextSpace(max_length={self.max_length})"
+
+
+class Env(gymnasium.Env[str, str]):
+    """A text environment: observations and actions are strings.
+
+    Subclasses implement `reset` (calling `super().reset(seed=seed)` first, which seeds
+    `self.np_random`) and `step`. All randomness must come from `self.np_random` so that the
+    same seed gives the same episode in any process, thread or vector slot.
+
+    `step` returns `(observation, reward, terminated, truncated, info)`:
+
+    - `terminated`: the episode reached a terminal state of the task (won, lost, answered).
+    - `truncated`: the episode was cut short from outside the task (turn limit).
+    - `info["success"]`: whether the task was solved, set on the final step.
+
+    Anything an LLM can type is a valid action: invalid ones get an observation that says
+    what was wrong and what format is expected; `step` never raises on them.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
+    observation_space = TextSpace(1_000_000)
+    action_space = TextSpace(4_096)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetResult:
+        """Start an episode; return the first observation (the task) and an info dict."""
+        super().reset(seed=seed)
+        return "", {}
+
+    def step(self, action: str) -> StepResult:  # pragma: no cover - abstract
+        """Apply one text action; return `(obs, reward, terminated, truncated, info)`."""
+        raise NotImplementedError
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
+        """Async twin of `reset`; I/O-bound envs override it, others inherit this call."""
+        return self.reset(seed=seed, options=options)
+
+    async def astep(self, action: str) -> StepResult:
+        """Async twin of `step`; I/O-bound envs override it, others inherit this call."""
+        return self.step(action)
+
+    def clone(self) -> Env:
+        """Return an independent env in the same state (same RNG state, same episode)."""
+        return copy.deepcopy(self)
+
+    def runs_sync(self) -> bool:
+        """True when `astep`/`areset` only call `step`/`reset` (lets vectors skip the event loop)."""
+        cls = type(self)
+        return cls.astep is Env.astep and cls.areset is Env.areset
+
+    def render(self) -> str | None:
+        """Return a text picture of the state, when the env has one."""
+        return None
+
+    def __repr__(self) -> str:
+        spec = getattr(self, "spec", None)
+        return f"<{type(self).__name__}{'' if spec is None else ' ' + spec.id}>"
+
+
+class Wrapper(gymnasium.Wrapper[str, str, str, str]):
+    """Wraps an env to change one thing; every other attribute is read live from the env.
+
+    Unknown attribute reads are forwarded to the wrapped env on each access (never copied at
+    construction), so a wrapper never shows a stale value. A subclass that overrides only the
+    sync `step`/`reset` keeps working under `astep`/`areset`: those call the sync override.
+    """
+
+    def __init__(self, env: gymnasium.Env):
+        super().__init__(env)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(f"accessing private attribute '{name}' is prohibited")
+        return getattr(self.env, name)
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
+        """Async twin of `reset`: forwards to the wrapped env's `areset`."""
+        if _sync_override(type(self), "reset"):
+            return self.reset(seed=seed, options=options)
+        return await self.env.areset(seed=seed, options=options)
+
+    async def astep(self, action: str) -> StepResult:
+        """Async twin of `step`: forwards to the wrapped env's `astep`."""
+        if _sync_override(type(self), "step"):
+            return self.step(action)
+        return await self.env.astep(action)
+
+    def clone(self) -> Wrapper:
+        """Return an independent copy of the whole wrapper stack in the same state."""
+        return copy.deepcopy(self)
+
+    def runs_sync(self) -> bool:
+        """True when this stack's async methods never await real I/O."""
+        cls = type(self)
+        if cls.astep not in _WRAPPER_ASTEPS or cls.areset not in _WRAPPER_ARESETS:
+            return False
+        inner = getattr(self.env, "runs_sync", None)
+        return bool(inner()) if callable(inner) else True
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}{self.env!r}>"
+
+
+class ObservationWrapper(Wrapper):
+    """Changes each observation with `observation(obs) -> obs`."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetResult:
+        """Reset the wrapped env and transform its first observation."""
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self.observation(obs), info
+
+    def step(self, action: str) -> StepResult:
+        """Step the wrapped env and transform the observation."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return self.observation(obs), reward, terminated, truncated, info
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
+        """Async twin of `reset`."""
+        if _sync_override(type(self), "reset"):
+            return self.reset(seed=seed, options=options)
+        obs, info = await self.env.areset(seed=seed, options=options)
+        return self.observation(obs), info
+
+    async def astep(self, action: str) -> StepResult:
+        """Async twin of `step`."""
+        if _sync_override(type(self), "step"):
+            return self.step(action)
+        obs, reward, terminated, truncated, info = await self.env.astep(action)
+        return self.observation(obs), reward, terminated, truncated, info
+
+    def observation(self, observation: str) -> Any:
+        """Return the transformed observation."""
+        raise NotImplementedError
+
+
+class ActionWrapper(Wrapper):
+    """Changes each action with `action(act) -> act` before the wrapped env sees it."""
+
+    def step(self, action: Any) -> StepResult:
+        """Transform the action and step the wrapped env."""
+        return self.env.step(self.action(action))
+
+    async def astep(self, action: Any) -> StepResult:
+        """Async twin of `step`."""
+        if _sync_override(type(self), "step"):
+            return self.step(action)
+        return await self.env.astep(self.action(action))
+
+    def action(self, action: Any) -> str:
+        """Return the transformed action."""
+        raise NotImplementedError
+
+
+class RewardWrapper(Wrapper):
+    """Changes each reward with `reward(r) -> r`."""
+
+    def step(self, action: str) -> StepResult:
+        """Step the wrapped env and transform the reward."""
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, self.reward(reward), terminated, truncated, info
+
+    async def astep(self, action: str) -> StepResult:
+        """Async twin of `step`."""
+        if _sync_override(type(self), "step"):
+            return self.step(action)
+        obs, reward, terminated, truncated, info = await self.env.astep(action)
+        return obs, self.reward(reward), terminated, truncated, info
+
+    def reward(self, reward: SupportsFloat) -> float:
+        """Return the transformed reward."""
+        raise NotImplementedError
+
+
+_WRAPPER_ASTEPS = {Wrapper.astep, ObservationWrapper.astep, ActionWrapper.astep, RewardWrapper.astep}
+_WRAPPER_ARESETS = {Wrapper.areset, ObservationWrapper.areset}
+
+
+@functools.cache
+def _owner(cls: type, name: str) -> type:
+    return next(k for k in cls.__mro__ if name in k.__dict__)
+
+
+@functools.cache
+def _sync_override(cls: type, name: str) -> bool:
+    """True when `cls` overrides sync `name` below the class that defines its async twin."""
+    sync_owner, async_owner = _owner(cls, name), _owner(cls, "a" + name)
+    return sync_owner is not async_owner and issubclass(sync_owner, async_owner)

@@ -1,0 +1,23 @@
+"""Pulling answers out of model text: `\\boxed{...}` and friends."""
+
+from __future__ import annotations
+
+BOXED = "\\boxed{"
+
+
+def extract_boxed(text: str, *, last: bool = True) -> str | None:
+    """Return the content of the last (or first) `\\boxed{...}`, braces balanced, or None."""
+    start = text.rfind(BOXED) if last else text.find(BOXED)
+    if start < 0:
+        return None
+    i = start + len(BOXED)
+    depth = 1
+    for j in range(i, len(text)):
+        c = text[j]
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i:j].strip()
+    return None

@@ -1,0 +1,97 @@
+"""Policies: anything that turns an observation (text or chat messages) into an action."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+Observation = str | list[dict[str, Any]]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """`await policy.act(observation) -> action`; `reset()` starts a new episode."""
+
+    async def act(self, observation: Observation) -> str:
+        """Return the next action for this observation."""
+        ...
+
+    def reset(self) -> None:
+        """Forget the previous episode."""
+        ...
+
+
+def last_text(observation: Observation) -> str:
+    """The text of an observation: the string itself, or the last message's content."""
+    if isinstance(observation, str):
+        return observation
+    for message in reversed(observation):
+        content = message.get("content")
+        if isinstance(content, str):
+            return content
+    return ""
+
+
+class SyncPolicy:
+    """Base for policies that compute their action without I/O: implement `choose`."""
+
+    def reset(self) -> None:
+        """Forget the previous episode."""
+
+    def choose(self, observation: str) -> str:
+        """Return the next action for this observation text."""
+        raise NotImplementedError
+
+    async def act(self, observation: Observation) -> str:
+        """Return `choose` of the observation's text."""
+        return self.choose(last_text(observation))
+
+
+class ScriptedPolicy(SyncPolicy):
+    """Replays a fixed list of actions (for tests); repeats the last one when it runs out."""
+
+    def __init__(self, actions: Sequence[str]):
+        if not actions:
+            raise ValueError("ScriptedPolicy needs at least one action")
+        self.actions = list(actions)
+        self._i = 0
+
+    def reset(self) -> None:
+        """Start the script over."""
+        self._i = 0
+
+    def choose(self, observation: str) -> str:
+        """Return the next scripted action."""
+        action = self.actions[min(self._i, len(self.actions) - 1)]
+        self._i += 1
+        return action
+
+
+class RandomPolicy(SyncPolicy):
+    """Plays uniformly random well-formed moves from `sampler(rng)`, else a boxed number 1-100."""
+
+    def __init__(self, sampler: Callable[[np.random.Generator], str] | None = None, seed: int | None = None):
+        self.sampler = sampler
+        self.rng = np.random.default_rng(seed)
+
+    def choose(self, observation: str) -> str:
+        """Return a random action."""
+        if self.sampler is not None:
+            return self.sampler(self.rng)
+        return f"\\boxed{{{int(self.rng.integers(1, 101))}}}"
+
+
+def make_policy(name: str, env_id: str, *, seed: int | None = None) -> Policy:
+    """Build a policy by name for an env id: `expert` (the env's scripted expert) or `random`."""
+    from gemkit.registry import make, spec
+
+    if name == "expert":
+        return spec(env_id).make_expert()
+    if name == "random":
+        env = make(env_id)
+        sampler = getattr(env.unwrapped, "random_action", None)
+        env.close()
+        return RandomPolicy(sampler, seed=seed)
+    raise ValueError(f"unknown policy {name!r}; expected 'expert' or 'random'")

@@ -1,0 +1,268 @@
+"""Env registry: `register`, `make`, `make_vec`, `spec`, `list_envs`.
+
+Ids follow `family:Name-vN[-level]` (version and level optional, e.g. `rg:leg_counting`).
+Built-in families live in `gemkit.envs.<family>` and are imported only when first needed;
+third-party packages add families through the `gemkit.envs` entry-point group, whose entries
+point at a module (imported) or a callable (called) that calls `register`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import logging
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gemkit.errors import InvalidEnvIdError, RegistrationError, UnknownEnvError
+
+if TYPE_CHECKING:
+    from gemkit.core import Env
+    from gemkit.vector import VectorEnv
+
+log = logging.getLogger(__name__)
+
+ID_RE = re.compile(
+    r"^(?P<family>[a-z][a-z0-9_]*):(?P<name>[A-Za-z0-9_.]+?)"
+    r"(?:-v(?P<version>\d+))?(?:-(?P<level>[A-Za-z0-9_.]+))?$"
+)
+
+#: family -> module that registers its ids on import
+BUILTIN_FAMILIES: dict[str, str] = {
+    "game": "gemkit.envs.games",
+    "math": "gemkit.envs.math",
+    "code": "gemkit.envs.code",
+    "qa": "gemkit.envs.qa",
+    "rg": "gemkit.envs.reasoning_gym",
+    "toolworld": "gemkit.envs.toolworld",
+    "terminal": "gemkit.envs.terminal",
+    "multiagent": "gemkit.envs.multiagent",
+}
+ENTRY_POINT_GROUP = "gemkit.envs"
+
+EntryPoint = str | Callable[..., "Env"]
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Everything needed to build one env id, plus what listings show about it."""
+
+    id: str
+    entry_point: EntryPoint
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    tags: tuple[str, ...] = ()
+    expert: str | Callable[..., Any] | None = None
+    family: str = ""
+    name: str = ""
+    version: int | None = None
+    level: str | None = None
+    # read by gymnasium tooling (env_checker, wrappers) when it finds `env.spec`
+    nondeterministic: bool = False
+    max_episode_steps: int | None = None
+    reward_threshold: float | None = None
+    order_enforce: bool = False
+    disable_env_checker: bool = True
+    additional_wrappers: tuple[Any, ...] = ()
+    vector_entry_point: Any = None
+
+    def make(self, **kwargs: Any) -> Env:
+        """Build a fresh env from this spec (kwargs override the registered ones)."""
+        render_mode = kwargs.pop("render_mode", None)
+        factory = _resolve(self.entry_point)
+        env = factory(**{**self.kwargs, **kwargs})
+        env.unwrapped.spec = self  # type: ignore[attr-defined]
+        if render_mode is not None:
+            env.unwrapped.render_mode = render_mode
+        return env
+
+    def make_expert(self) -> Any:
+        """Build this env's scripted expert policy, or raise if it has none."""
+        if self.expert is None:
+            raise UnknownEnvError(f"{self.id} has no expert policy; use --policy random or an LLM")
+        return _resolve(self.expert)(**self.kwargs)
+
+
+def parse_id(env_id: str) -> dict[str, Any]:
+    """Split an id into family, name, version and level, or raise with the expected form."""
+    m = ID_RE.match(env_id)
+    if not m:
+        raise InvalidEnvIdError(
+            f"{env_id!r} is not an env id; expected 'family:Name-vN[-level]', "
+            "e.g. 'game:GuessTheNumber-v0-easy' or 'rg:leg_counting'"
+        )
+    d = m.groupdict()
+    d["version"] = int(d["version"]) if d["version"] is not None else None
+    return d
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+_loaded_families: set[str] = set()
+_entry_points_loaded = False
+
+
+def register(
+    id: str,
+    entry_point: EntryPoint,
+    *,
+    kwargs: dict[str, Any] | None = None,
+    description: str = "",
+    tags: Iterable[str] = (),
+    expert: str | Callable[..., Any] | None = None,
+    override: bool = False,
+) -> EnvSpec:
+    """Register an env id. `entry_point` is a factory or a `"module:attr"` string (lazy)."""
+    parts = parse_id(id)
+    if id in _REGISTRY and not override:
+        raise RegistrationError(f"{id} is already registered; pass override=True to replace it")
+    spec = EnvSpec(
+        id=id,
+        entry_point=entry_point,
+        kwargs=dict(kwargs or {}),
+        description=description,
+        tags=tuple(tags),
+        expert=expert,
+        **parts,
+    )
+    _REGISTRY[id] = spec
+    return spec
+
+
+def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
+    if callable(target):
+        return target
+    module, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in attr.split(".") if attr else ():
+        obj = getattr(obj, part)
+    return obj
+
+
+def _load_family(family: str) -> None:
+    if family in _loaded_families:
+        return
+    _loaded_families.add(family)
+    module = BUILTIN_FAMILIES.get(family)
+    if module is None:
+        return
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and (e.name == module or module.startswith(e.name + ".")):
+            return  # family not built (yet) in this install
+        raise
+
+
+def _load_entry_points() -> None:
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return
+    _entry_points_loaded = True
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            obj = ep.load()
+        except Exception as e:  # a broken plugin must not break gemkit
+            log.warning("could not load env plugin %s (%s): %s", ep.name, ep.value, e)
+            continue
+        if callable(obj):
+            obj()
+
+
+def _load_all() -> None:
+    for family in BUILTIN_FAMILIES:
+        _load_family(family)
+    _load_entry_points()
+
+
+def spec(env_id: str) -> EnvSpec:
+    """Return the spec of a registered id; unknown ids raise with the closest matches."""
+    if env_id in _REGISTRY:
+        return _REGISTRY[env_id]
+    m = ID_RE.match(env_id)
+    if m:
+        _load_family(m["family"])
+        if env_id in _REGISTRY:
+            return _REGISTRY[env_id]
+    _load_all()
+    if env_id in _REGISTRY:
+        return _REGISTRY[env_id]
+    close = difflib.get_close_matches(env_id, list(_REGISTRY), n=5, cutoff=0.5)
+    if not close and m:
+        close = sorted(i for i in _REGISTRY if i.startswith(m["family"] + ":"))[:5]
+    hint = f"; closest: {', '.join(close)}" if close else ""
+    raise UnknownEnvError(f"no env registered as {env_id!r}{hint}. `gemkit list` shows every id.")
+
+
+def list_envs(family: str | None = None, tag: str | None = None) -> list[EnvSpec]:
+    """Return every registered spec (optionally of one family or with one tag), sorted by id."""
+    if family is None:
+        _load_all()
+    else:
+        _load_family(family)
+        _load_entry_points()
+    return sorted(
+        (
+            s
+            for s in _REGISTRY.values()
+            if (family is None or s.family == family) and (tag is None or tag in s.tags)
+        ),
+        key=lambda s: s.id,
+    )
+
+
+def make(
+    env_id: str,
+    *,
+    wrappers: Sequence[Callable[[Env], Env]] = (),
+    tools: Sequence[Any] | None = None,
+    mcp: Any = None,
+    **kwargs: Any,
+) -> Env:
+    """Build an env by id, apply `wrappers` in order, and optionally give it tools.
+
+    `tools` (names like `"python"` or tool objects) and `mcp` (an MCP server command or URL)
+    wrap the env in a `ToolEnvWrapper`, turning a single-turn task into a tool-use task.
+    """
+    env = spec(env_id).make(**kwargs)
+    for wrap in wrappers:
+        env = wrap(env)
+    if tools or mcp:
+        from gemkit.tools.wrapper import wrap_with_tools
+
+        env = wrap_with_tools(env, tools=tools or (), mcp=mcp)
+    return env
+
+
+def make_vec(
+    env_id: str,
+    num_envs: int,
+    *,
+    wrappers: Sequence[Callable[[Env], Env]] = (),
+    mode: str = "async",
+    autoreset_mode: str = "next_step",
+    max_concurrency: int | None = None,
+    **kwargs: Any,
+) -> VectorEnv:
+    """Build `num_envs` copies of an env in a vector: mode `sync`, `async` or `ray`."""
+    from gemkit.vector import AsyncVectorEnv, SyncVectorEnv
+
+    env_spec = spec(env_id)
+
+    def factory() -> Env:
+        return make(env_spec.id, wrappers=wrappers, **kwargs)
+
+    if mode == "sync":
+        return SyncVectorEnv([factory] * num_envs, autoreset_mode=autoreset_mode)
+    if mode == "async":
+        return AsyncVectorEnv(
+            [factory] * num_envs, autoreset_mode=autoreset_mode, max_concurrency=max_concurrency
+        )
+    if mode == "ray":
+        from gemkit.vector.ray import RayVectorEnv
+
+        return RayVectorEnv([factory] * num_envs, autoreset_mode=autoreset_mode)
+    raise ValueError(f"unknown vector mode {mode!r}; expected 'sync', 'async' or 'ray'")

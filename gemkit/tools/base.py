@@ -1,0 +1,57 @@
+"""The tool contract: a name, a description, a pydantic argument model, and `async call`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+
+@dataclass
+class ToolResult:
+    """What a tool returns: text for the model, whether it is an error, and extra metadata."""
+
+    text: str
+    is_error: bool = False
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class Tool:
+    """A typed tool. Subclasses set `name`, `description`, `Args` and implement `call`.
+
+    `parallel_safe` says whether several calls of this tool may run at once. Tools that hold a
+    per-episode state (a Python session, an MCP session) implement `reset` and `close`.
+    """
+
+    name: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    Args: ClassVar[type[BaseModel]]
+    parallel_safe: ClassVar[bool] = True
+
+    async def call(self, args: BaseModel) -> ToolResult:
+        """Run the tool on validated arguments."""
+        raise NotImplementedError
+
+    def json_schema(self) -> dict[str, Any]:
+        """JSON schema of the arguments."""
+        schema = self.Args.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def openai_schema(self) -> dict[str, Any]:
+        """The OpenAI function-calling schema of this tool."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.json_schema(),
+            },
+        }
+
+    async def reset(self) -> None:
+        """Start a new episode (drop per-episode state)."""
+
+    async def close(self) -> None:
+        """Release resources (processes, sessions, connections)."""

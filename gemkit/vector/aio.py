@@ -1,0 +1,113 @@
+"""`AsyncVectorEnv`: asyncio-native; I/O-bound envs overlap, CPU-trivial ones skip the loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from gemkit.errors import VectorEnvError
+from gemkit.vector.base import SlotGen, VectorEnv, VectorStep, drive_async, drive_sync
+
+
+class AsyncVectorEnv(VectorEnv):
+    """A vector env whose envs' `astep`/`areset` run concurrently on one event loop.
+
+    Envs that only call their sync methods (`env.runs_sync()`) are stepped directly, with no
+    task per step, so trivial envs pay no asyncio overhead. `max_concurrency` bounds how many
+    async env calls are in flight at once (for example, requests to a judge model).
+    Use `await astep(...)` inside a running event loop; `step(...)` runs a private loop.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        autoreset_mode: str = "next_step",
+        max_concurrency: int | None = None,
+    ):
+        super().__init__(env_fns, autoreset_mode=autoreset_mode)
+        if max_concurrency is not None and max_concurrency < 1:
+            raise VectorEnvError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
+        self.max_concurrency = max_concurrency
+        self._sync_slots = [bool(getattr(e, "runs_sync", lambda: False)()) for e in self.envs]
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def _run(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
+        results: dict[int, Any] = {}
+        pending: dict[int, SlotGen] = {}
+        for i, gen in gens.items():
+            if self._sync_slots[i]:
+                results[i] = drive_sync(gen, self.envs[i])
+            else:
+                pending[i] = gen
+        if pending:
+            sem = asyncio.Semaphore(self.max_concurrency) if self.max_concurrency else None
+
+            async def run_one(i: int, gen: SlotGen) -> Any:
+                if sem is None:
+                    return await drive_async(gen, self.envs[i])
+                async with sem:
+                    return await drive_async(gen, self.envs[i])
+
+            done = await asyncio.gather(*(run_one(i, g) for i, g in pending.items()))
+            results.update(zip(pending, done, strict=True))
+        return results
+
+    def _run_blocking(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
+        if all(self._sync_slots[i] for i in gens):
+            return {i: drive_sync(g, self.envs[i]) for i, g in gens.items()}
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            raise VectorEnvError(
+                "step()/reset() called inside a running event loop; use `await astep(...)` "
+                "and `await areset(...)` there"
+            )
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(self._run(gens))
+
+    async def areset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        indices: Sequence[int] | None = None,
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """Reset every env (or `indices`) concurrently."""
+        plan = self._plan_reset(seed, indices)
+        gens = {i: self._reset_slot(i, s, options) for i, s in plan.items()}
+        return self._collect_reset(await self._run(gens))
+
+    async def astep(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
+        """Step every env (list) or a subset (dict index → action) concurrently."""
+        plan = self._plan_step(actions)
+        gens = {i: self._step_slot(i, a) for i, a in plan.items()}
+        return self._collect_step(await self._run(gens))
+
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        indices: Sequence[int] | None = None,
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """Blocking `areset`."""
+        plan = self._plan_reset(seed, indices)
+        gens = {i: self._reset_slot(i, s, options) for i, s in plan.items()}
+        return self._collect_reset(self._run_blocking(gens))
+
+    def step(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
+        """Blocking `astep`."""
+        plan = self._plan_step(actions)
+        gens = {i: self._step_slot(i, a) for i, a in plan.items()}
+        return self._collect_step(self._run_blocking(gens))
+
+    def close(self) -> None:
+        """Close every env and the private event loop."""
+        super().close()
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.close()

@@ -1,0 +1,234 @@
+"""What every vector env shares: slot semantics for autoreset, seeding and error isolation.
+
+Each slot's work is a small generator that *asks* for env calls (`("reset", seed, options)` or
+`("step", action)`) and receives their results or exceptions; the sync, asyncio and Ray vectors
+only differ in how they carry those calls out. The semantics therefore live in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gemkit.errors import VectorEnvError
+
+AUTORESET_MODES = ("next_step", "same_step", "disabled")
+
+Request = tuple[Any, ...]
+SlotResult = tuple[str, float, bool, bool, dict[str, Any]]
+SlotGen = Generator[Request, Any, Any]
+
+
+@dataclass
+class VectorStep:
+    """The result of one vector step, unpackable as `obs, rewards, terminated, truncated, infos`."""
+
+    observations: list[str]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    infos: list[dict[str, Any]]
+
+    def __iter__(self):
+        return iter((self.observations, self.rewards, self.terminated, self.truncated, self.infos))
+
+
+def _error_text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+class VectorEnv:
+    """Many copies of an env stepped together, with autoreset and per-slot error isolation.
+
+    - `reset(seed=s)` seeds env *i* with `s + i` (or `seed[i]` for a list).
+    - `step(actions)` takes a list (one action per env) or a dict `{index: action}` to step a
+      subset; slots not stepped report their last observation, reward 0 and `info["skipped"]`.
+    - Autoreset `next_step`: the step after an episode ends resets that slot (its action is
+      ignored) and returns the first observation with reward 0. `same_step`: the slot resets in
+      the step that ended it; `info["final_obs"]` and `info["final_info"]` keep the last ones.
+      `disabled`: the slot stays done until `reset(indices=[i])`; stepping it reports an error.
+    - An env that raises marks only its own slot: `info["error"]`, `truncated=True`, and it is
+      reset like any finished episode.
+    """
+
+    def __init__(self, env_fns: Sequence[Callable[[], Any]], *, autoreset_mode: str = "next_step"):
+        if autoreset_mode not in AUTORESET_MODES:
+            raise VectorEnvError(
+                f"unknown autoreset_mode {autoreset_mode!r}; expected one of {AUTORESET_MODES}"
+            )
+        if not env_fns:
+            raise VectorEnvError("a vector env needs at least one env")
+        self.autoreset_mode = autoreset_mode
+        self.envs = [fn() for fn in env_fns]
+        self.num_envs = len(self.envs)
+        self._last_obs = [""] * self.num_envs
+        self._done = [False] * self.num_envs
+        self._closed = False
+
+    # -- slot semantics -------------------------------------------------------------------
+
+    def _seeds(self, seed: int | Sequence[int | None] | None) -> list[int | None]:
+        if seed is None:
+            return [None] * self.num_envs
+        if isinstance(seed, int | np.integer):
+            return [int(seed) + i for i in range(self.num_envs)]
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise VectorEnvError(f"got {len(seeds)} seeds for {self.num_envs} envs")
+        return seeds
+
+    def _reset_slot(self, i: int, seed: int | None, options: dict | None) -> SlotGen:
+        try:
+            obs, info = yield ("reset", seed, options)
+        except Exception as e:  # noqa: BLE001 - isolate the slot
+            obs, info = self._last_obs[i], {"error": _error_text(e)}
+            self._done[i] = True
+        else:
+            self._done[i] = False
+        self._last_obs[i] = obs
+        return obs, info
+
+    def _step_slot(self, i: int, action: Any) -> SlotGen:
+        mode = self.autoreset_mode
+        if self._done[i]:
+            if mode == "next_step":
+                obs, info = yield from self._reset_slot(i, None, None)
+                return obs, 0.0, False, False, info
+            if mode == "disabled":
+                info = {"error": f"env {i} has finished its episode; call reset(indices=[{i}])"}
+                return self._last_obs[i], 0.0, False, False, info
+        try:
+            obs, reward, terminated, truncated, info = yield ("step", action)
+        except Exception as e:  # noqa: BLE001 - isolate the slot
+            obs, reward, terminated, truncated = self._last_obs[i], 0.0, False, True
+            info = {"error": _error_text(e)}
+        done = bool(terminated or truncated)
+        self._last_obs[i] = obs
+        self._done[i] = done
+        if done and mode == "same_step":
+            new_obs, new_info = yield from self._reset_slot(i, None, None)
+            info = {**new_info, "final_obs": obs, "final_info": info}
+            obs = new_obs
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def _plan_step(self, actions: Sequence[Any] | Mapping[int, Any]) -> dict[int, Any]:
+        if self._closed:
+            raise VectorEnvError("this vector env is closed")
+        if isinstance(actions, Mapping):
+            bad = [i for i in actions if not 0 <= int(i) < self.num_envs]
+            if bad:
+                raise VectorEnvError(f"indices {bad} out of range for {self.num_envs} envs")
+            return {int(i): a for i, a in actions.items()}
+        actions = list(actions)
+        if len(actions) != self.num_envs:
+            raise VectorEnvError(
+                f"got {len(actions)} actions for {self.num_envs} envs; pass one per env, "
+                "or a dict {index: action} to step a subset"
+            )
+        return dict(enumerate(actions))
+
+    def _plan_reset(
+        self, seed: int | Sequence[int | None] | None, indices: Sequence[int] | None
+    ) -> dict[int, int | None]:
+        if self._closed:
+            raise VectorEnvError("this vector env is closed")
+        seeds = self._seeds(seed)
+        chosen = range(self.num_envs) if indices is None else indices
+        return {int(i): seeds[int(i)] for i in chosen}
+
+    def _collect_step(self, results: dict[int, SlotResult]) -> VectorStep:
+        n = self.num_envs
+        obs, infos = list(self._last_obs), [{"skipped": True} for _ in range(n)]
+        rewards = np.zeros(n, dtype=np.float64)
+        terminated = np.zeros(n, dtype=bool)
+        truncated = np.zeros(n, dtype=bool)
+        for i, (o, r, te, tr, info) in results.items():
+            obs[i], rewards[i], terminated[i], truncated[i], infos[i] = o, r, te, tr, info
+        return VectorStep(obs, rewards, terminated, truncated, infos)
+
+    def _collect_reset(
+        self, results: dict[int, tuple[str, dict]]
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        infos: list[dict[str, Any]] = [{"skipped": True} for _ in range(self.num_envs)]
+        for i, (_, info) in results.items():
+            infos[i] = info
+        return list(self._last_obs), infos
+
+    # -- public API -----------------------------------------------------------------------
+
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        indices: Sequence[int] | None = None,
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """Reset every env (or `indices`); return observations and infos for all slots."""
+        raise NotImplementedError
+
+    def step(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
+        """Step every env (list) or a subset (dict index → action)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Close every env; the vector cannot be used afterwards."""
+        if self._closed:
+            return
+        self._closed = True
+        for env in self.envs:
+            try:
+                env.close()
+            except Exception:  # noqa: BLE001 - closing must close the rest
+                pass
+
+    def __enter__(self) -> VectorEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __len__(self) -> int:
+        return self.num_envs
+
+    def __del__(self) -> None:
+        if not getattr(self, "_closed", True):
+            self.close()
+
+
+def drive_sync(gen: SlotGen, env: Any) -> Any:
+    """Carry out a slot's requests with the env's sync methods."""
+    try:
+        request = next(gen)
+        while True:
+            try:
+                if request[0] == "step":
+                    result = env.step(request[1])
+                else:
+                    result = env.reset(seed=request[1], options=request[2])
+            except Exception as e:  # noqa: BLE001 - handed to the slot
+                request = gen.throw(e)
+            else:
+                request = gen.send(result)
+    except StopIteration as stop:
+        return stop.value
+
+
+async def drive_async(gen: SlotGen, env: Any) -> Any:
+    """Carry out a slot's requests with the env's async methods."""
+    try:
+        request = next(gen)
+        while True:
+            try:
+                if request[0] == "step":
+                    result = await env.astep(request[1])
+                else:
+                    result = await env.areset(seed=request[1], options=request[2])
+            except Exception as e:  # noqa: BLE001 - handed to the slot
+                request = gen.throw(e)
+            else:
+                request = gen.send(result)
+    except StopIteration as stop:
+        return stop.value

@@ -1,0 +1,24 @@
+"""Map the three source folders onto one import namespace: gemkit, gemkit.envs, gemkit.synth."""
+
+from setuptools import find_packages, setup
+
+ROOTS = {"gemkit": "gemkit", "gemkit.envs": "envs", "gemkit.synth": "synth"}
+
+
+def _packages() -> tuple[list[str], dict[str, str]]:
+    packages: list[str] = []
+    package_dir: dict[str, str] = {}
+    for name, folder in ROOTS.items():
+        package_dir[name] = folder
+        packages.append(name)
+        packages += [f"{name}.{sub}" for sub in find_packages(folder)]
+    return packages, package_dir
+
+
+packages, package_dir = _packages()
+setup(
+    packages=packages,
+    package_dir=package_dir,
+    include_package_data=True,
+    package_data={"": ["*.txt", "*.json", "*.jsonl", "*.sh", "data/*"]},
+)

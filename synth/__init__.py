@@ -1,0 +1,1 @@
+"""Data synthesis: verified QA pairs and <environment, tools, task, verifier> tuples."""
