@@ -11,6 +11,9 @@ def extract_boxed(text: str, *, last: bool = True) -> str | None:
     if start < 0:
         return None
     i = start + len(BOXED)
+    close = text.find("}", i)
+    if close >= 0 and text.find("{", i, close) < 0:  # fast path: no nested braces
+        return text[i:close].strip()
     depth = 1
     for j in range(i, len(text)):
         c = text[j]

@@ -17,7 +17,7 @@ class InvalidMove(Exception):
     """A move the game cannot apply; the message says what was wrong."""
 
 
-@dataclass
+@dataclass(slots=True)
 class Outcome:
     """What one legal move did: feedback text, reward, whether the game ended and was won."""
 
@@ -33,8 +33,12 @@ class GameEnv(Env):
 
     Subclasses implement `rules`, `new_game`, `play`, `state_text`, `move_format` and
     `random_action`. Invalid moves cost `INVALID_PENALTY`, count as a turn and leave the state
-    unchanged; after `max_turns` turns the episode is truncated.
+    unchanged; after `max_turns` turns the episode is truncated. `rules()` and `move_format()`
+    depend only on the constructor arguments (the game state goes in `state_text()`), so the
+    intro text is built once per instance.
     """
+
+    _intro: str | None = None
 
     def __init__(self, max_turns: int = 20):
         if max_turns < 1:
@@ -77,11 +81,12 @@ class GameEnv(Env):
         self.turn = 0
         self.done = False
         self.new_game()
-        obs = (
-            f"{self.rules()}\n\nAnswer with one move per turn as {self.move_format()}. "
-            f"You have {self.max_turns} turns.\n\n{self.state_text()}"
-        )
-        return obs, {"turn": 0}
+        if self._intro is None:
+            self._intro = (
+                f"{self.rules()}\n\nAnswer with one move per turn as {self.move_format()}. "
+                f"You have {self.max_turns} turns."
+            )
+        return f"{self._intro}\n\n{self.state_text()}", {"turn": 0}
 
     def step(self, action: str) -> StepResult:
         """Play the boxed move in `action`; invalid moves get a message, never an exception."""
@@ -94,7 +99,7 @@ class GameEnv(Env):
                 {"success": False, "invalid": True},
             )
         self.turn += 1
-        move = extract_boxed(action) if isinstance(action, str) else None
+        move = extract_boxed(action) if type(action) is str else None
         if move is None:
             outcome = self._invalid(
                 f"no move found: put your move inside \\boxed{{}}, e.g. {self.move_format()}"
@@ -104,20 +109,24 @@ class GameEnv(Env):
                 outcome = self.play(move)
             except InvalidMove as e:
                 outcome = self._invalid(f"{e} Expected format: {self.move_format()}")
-        truncated = not outcome.terminated and self.turn >= self.max_turns
-        self.done = outcome.terminated or truncated
-        info = {"turn": self.turn, **outcome.info}
-        text = outcome.feedback
-        if not outcome.terminated:
-            text += f"\n\n{self.state_text()}"
-            text += (
-                "\n\nOut of turns: the game is over."
-                if truncated
-                else f"\n\nTurns left: {self.max_turns - self.turn}."
-            )
-        if self.done:
+        terminated = outcome.terminated
+        truncated = not terminated and self.turn >= self.max_turns
+        info = {"turn": self.turn, **outcome.info} if outcome.info else {"turn": self.turn}
+        if terminated:
+            text = outcome.feedback
+        elif truncated:
+            text = f"{outcome.feedback}\n\n{self.state_text()}\n\nOut of turns: the game is over."
+        else:
+            left = self.max_turns - self.turn
+            text = f"{outcome.feedback}\n\n{self.state_text()}\n\nTurns left: {left}."
+        if terminated or truncated:
+            self.done = True
             info["success"] = outcome.success
-        return text, float(outcome.reward), outcome.terminated, truncated, info
+        return text, float(outcome.reward), terminated, truncated, info
+
+    def randint(self, low: int, high: int) -> int:
+        """A uniform integer in [low, high] from `self.np_random` (faster than `integers`)."""
+        return low + int(self.np_random.random() * (high - low + 1))
 
     def _invalid(self, message: str) -> Outcome:
         return Outcome(f"Invalid move: {message}", INVALID_PENALTY, info={"invalid": True})

@@ -26,6 +26,7 @@ class GuessTheNumber(GameEnv):
         self.low, self.high = low, high
         self.target = low
         self.guesses: list[int] = []
+        self._history = ""
 
     def rules(self) -> str:
         """Rules text."""
@@ -40,18 +41,20 @@ class GuessTheNumber(GameEnv):
 
     def new_game(self) -> None:
         """Draw the hidden number."""
-        self.target = int(self.np_random.integers(self.low, self.high + 1))
+        self.target = self.randint(self.low, self.high)
         self.guesses = []
+        self._history = ""
 
     def play(self, move: str) -> Outcome:
         """Compare the guess with the hidden number."""
         try:
-            guess = int(move.strip())
+            guess = int(move)
         except ValueError:
             raise InvalidMove(f"{move[:40]!r} is not an integer.") from None
         if not self.low <= guess <= self.high:
             raise InvalidMove(f"{guess} is outside {self.low}..{self.high}.")
         self.guesses.append(guess)
+        self._history = f"{self._history}, {guess}" if self._history else str(guess)
         if guess == self.target:
             return Outcome(f"Correct! The number was {self.target}.", 1.0, True, True)
         side = "low" if guess < self.target else "high"
@@ -59,9 +62,9 @@ class GuessTheNumber(GameEnv):
 
     def state_text(self) -> str:
         """Guesses so far."""
-        if not self.guesses:
+        if not self._history:
             return "No guesses yet."
-        return "Your guesses so far: " + ", ".join(map(str, self.guesses)) + "."
+        return f"Your guesses so far: {self._history}."
 
     def random_action(self, rng: np.random.Generator) -> str:
         """A random guess in range."""

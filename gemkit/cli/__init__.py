@@ -11,6 +11,7 @@ from collections.abc import Sequence
 #: subcommand -> module with `add_parser(subparsers)` and `run(args) -> int`
 COMMANDS: dict[str, str] = {
     "list": "gemkit.cli.list_cmd",
+    "demo": "gemkit.cli.demo",
     "play": "gemkit.cli.play",
     "run": "gemkit.cli.run",
     "serve": "gemkit.cli.serve",

@@ -10,6 +10,15 @@ from gemkit.errors import VectorEnvError
 from gemkit.vector.base import SlotGen, VectorEnv, VectorStep, drive_async, drive_sync
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A new event loop: uvloop's when installed (less overhead per task), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
 class AsyncVectorEnv(VectorEnv):
     """A vector env whose envs' `astep`/`areset` run concurrently on one event loop.
 
@@ -42,15 +51,18 @@ class AsyncVectorEnv(VectorEnv):
             else:
                 pending[i] = gen
         if pending:
-            sem = asyncio.Semaphore(self.max_concurrency) if self.max_concurrency else None
+            envs = self.envs
+            if self.max_concurrency is None or self.max_concurrency >= len(pending):
+                coros = [drive_async(g, envs[i]) for i, g in pending.items()]
+            else:
+                sem = asyncio.Semaphore(self.max_concurrency)
 
-            async def run_one(i: int, gen: SlotGen) -> Any:
-                if sem is None:
-                    return await drive_async(gen, self.envs[i])
-                async with sem:
-                    return await drive_async(gen, self.envs[i])
+                async def bounded(i: int, gen: SlotGen) -> Any:
+                    async with sem:
+                        return await drive_async(gen, envs[i])
 
-            done = await asyncio.gather(*(run_one(i, g) for i, g in pending.items()))
+                coros = [bounded(i, g) for i, g in pending.items()]
+            done = await asyncio.gather(*coros)
             results.update(zip(pending, done, strict=True))
         return results
 
@@ -67,7 +79,7 @@ class AsyncVectorEnv(VectorEnv):
                 "and `await areset(...)` there"
             )
         if self._loop is None or self._loop.is_closed():
-            self._loop = asyncio.new_event_loop()
+            self._loop = new_event_loop()
         return self._loop.run_until_complete(self._run(gens))
 
     async def areset(

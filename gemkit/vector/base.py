@@ -110,7 +110,10 @@ class VectorEnv:
         self._done[i] = done
         if done and mode == "same_step":
             new_obs, new_info = yield from self._reset_slot(i, None, None)
-            info = {**new_info, "final_obs": obs, "final_info": info}
+            final_info = info
+            info = {**new_info, "final_obs": obs, "final_info": final_info}
+            if "error" in final_info:
+                info.setdefault("error", final_info["error"])
             obs = new_obs
         return obs, float(reward), bool(terminated), bool(truncated), info
 

@@ -1,0 +1,39 @@
+"""`gemkit demo`: the main job, offline, in one command (what `make demo` runs)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gemkit.cli.console import console
+
+DEMO_GAMES = (
+    "game:GuessTheNumber-v0-easy",
+    "game:Mastermind-v0-easy",
+    "game:Sudoku-v0-easy",
+    "game:Wordle-v0-easy",
+    "game:TowerOfHanoi-v0-easy",
+    "game:LightsOut-v0-easy",
+)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `gemkit demo`."""
+    p = sub.add_parser("demo", help="run the offline demo: games with expert policies")
+    p.add_argument("--out", type=Path, default=Path("demo-out"))
+    p.add_argument("-n", "--episodes", type=int, default=5)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Play a few episodes of several games with their experts and save them."""
+    from gemkit.cli.run import results_table, run_policy
+    from gemkit.registry import list_envs
+
+    known = {s.id for s in list_envs("game")}
+    games = [g for g in DEMO_GAMES if g in known]
+    console.rule("[bold]gemkit demo: games played by their expert policies")
+    rows = run_policy(games, "expert", args.episodes, 0, 16, args.out / "episodes.jsonl")
+    console.print(results_table(rows, "expert policies"))
+    console.print(f"episodes saved under {args.out}/")
+    return 0

@@ -1,0 +1,217 @@
+"""Vector envs: autoreset modes, seeding, subset stepping, error isolation, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+import gemkit
+from gemkit.core import Env
+from gemkit.errors import VectorEnvError
+from gemkit.vector import AsyncVectorEnv, SyncVectorEnv
+
+
+class Counter(Env):
+    """Counts steps; ends after `length` steps; 'boom' raises; obs shows the seed's draw."""
+
+    def __init__(self, length: int = 3, delay: float = 0.0):
+        self.length, self.delay = length, delay
+        self.t = 0
+        self.draw = -1
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.draw = int(self.np_random.integers(1_000_000))
+        return f"start {self.draw}", {"draw": self.draw}
+
+    def step(self, action):
+        if action == "boom":
+            raise RuntimeError("env exploded")
+        self.t += 1
+        done = self.t >= self.length
+        return f"t={self.t} a={action}", 1.0, done, False, {"t": self.t}
+
+
+class SlowCounter(Counter):
+    """The same env whose async twins await real time (an I/O-bound env)."""
+
+    async def astep(self, action):
+        await asyncio.sleep(self.delay)
+        return self.step(action)
+
+    async def areset(self, *, seed=None, options=None):
+        await asyncio.sleep(self.delay)
+        return self.reset(seed=seed, options=options)
+
+
+def vec(kind, n=3, mode="next_step", env=Counter, **kw):
+    fns = [lambda: env(length=2, **kw)] * n
+    if kind == "sync":
+        return SyncVectorEnv(fns, autoreset_mode=mode)
+    return AsyncVectorEnv(fns, autoreset_mode=mode)
+
+
+KINDS = ["sync", "async"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_reset_seeds_env_i_with_seed_plus_i(kind):
+    v = vec(kind, n=3)
+    obs, infos = v.reset(seed=10)
+    single = [Counter().reset(seed=10 + i)[1]["draw"] for i in range(3)]
+    assert [i["draw"] for i in infos] == single
+    assert obs == [f"start {d}" for d in single]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_next_step_autoreset(kind):
+    v = vec(kind, n=2, mode="next_step")
+    v.reset(seed=0)
+    v.step(["a", "a"])
+    obs, rew, term, trunc, infos = v.step(["b", "b"])
+    assert list(term) == [True, True] and list(rew) == [1.0, 1.0]
+    assert obs[0] == "t=2 a=b"
+    # the next step resets instead of stepping: the action is ignored, reward 0
+    obs, rew, term, trunc, infos = v.step(["ignored", "ignored"])
+    assert obs[0].startswith("start ") and list(rew) == [0.0, 0.0]
+    assert not term.any() and not trunc.any()
+    obs, *_ = v.step(["c", "c"])
+    assert obs[0] == "t=1 a=c"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_same_step_autoreset_keeps_final_obs_and_info(kind):
+    v = vec(kind, n=2, mode="same_step")
+    v.reset(seed=0)
+    v.step(["a", "a"])
+    obs, rew, term, trunc, infos = v.step(["b", "b"])
+    assert list(term) == [True, True] and list(rew) == [1.0, 1.0]
+    assert obs[0].startswith("start ")
+    assert infos[0]["final_obs"] == "t=2 a=b" and infos[0]["final_info"] == {"t": 2}
+    obs, *_ = v.step(["c", "c"])
+    assert obs[0] == "t=1 a=c"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_disabled_autoreset_reports_finished_slot_until_reset(kind):
+    v = vec(kind, n=2, mode="disabled")
+    v.reset(seed=0)
+    v.step(["a", "a"])
+    v.step(["b", "b"])
+    obs, rew, term, trunc, infos = v.step(["c", "c"])
+    assert "call reset" in infos[0]["error"] and obs[0] == "t=2 a=b"
+    assert rew[0] == 0.0
+    obs, infos = v.reset(indices=[0])
+    assert obs[0].startswith("start ") and infos[1] == {"skipped": True}
+    obs, rew, term, trunc, infos = v.step(["d", "d"])
+    assert obs[0] == "t=1 a=d" and "error" in infos[1]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_subset_stepping(kind):
+    v = vec(kind, n=3)
+    first, _ = v.reset(seed=1)
+    obs, rew, term, trunc, infos = v.step({1: "x"})
+    assert obs[1] == "t=1 a=x"
+    assert obs[0] == first[0] and obs[2] == first[2]
+    assert infos[0] == {"skipped": True} and list(rew) == [0.0, 1.0, 0.0]
+    with pytest.raises(VectorEnvError, match="out of range"):
+        v.step({5: "x"})
+    with pytest.raises(VectorEnvError, match="one per env"):
+        v.step(["x"])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("mode", ["next_step", "same_step"])
+def test_one_raising_env_does_not_sink_the_batch(kind, mode):
+    v = vec(kind, n=3, mode=mode)
+    v.reset(seed=0)
+    obs, rew, term, trunc, infos = v.step(["a", "boom", "a"])
+    assert "env exploded" in infos[1]["error"] and trunc[1]
+    assert obs[0] == "t=1 a=a" and obs[2] == "t=1 a=a" and "error" not in infos[0]
+    # the broken slot is reset like a finished episode; the others go on
+    obs, rew, term, trunc, infos = v.step(["b", "c", "b"])
+    assert infos[0].get("final_obs", obs[0]) == "t=2 a=b"
+    if mode == "next_step":
+        assert obs[1].startswith("start ")
+    else:
+        assert obs[1] == "t=1 a=c"
+
+
+def test_same_seeds_same_episodes_in_every_mode():
+    def trace(v):
+        out = [v.reset(seed=42)[0]]
+        for k in range(5):
+            out.append(v.step([f"a{k}"] * v.num_envs).observations)
+        return out
+
+    runs = [
+        trace(SyncVectorEnv([lambda: Counter(length=2)] * 4)),
+        trace(AsyncVectorEnv([lambda: Counter(length=2)] * 4)),
+        trace(AsyncVectorEnv([lambda: SlowCounter(length=2)] * 4)),
+    ]
+    assert runs[0] == runs[1] == runs[2]
+
+
+def test_async_vector_overlaps_io_bound_envs():
+    v = AsyncVectorEnv([lambda: SlowCounter(length=100, delay=0.05)] * 20)
+    v.reset(seed=0)
+    loop = asyncio.new_event_loop()
+    t0 = loop.time()
+    v.step(["a"] * 20)
+    elapsed = loop.time() - t0
+    loop.close()
+    assert elapsed < 0.05 * 20 / 2, "20 sleeping envs must overlap, not run one after another"
+
+
+def test_concurrency_limit_bounds_in_flight_calls():
+    in_flight, peak = 0, 0
+
+    class Probe(SlowCounter):
+        async def astep(self, action):
+            nonlocal in_flight, peak
+            in_flight += 1
+            peak = max(peak, in_flight)
+            await asyncio.sleep(0.01)
+            in_flight -= 1
+            return self.step(action)
+
+    v = AsyncVectorEnv([lambda: Probe(length=9)] * 12, max_concurrency=3)
+    v.reset(seed=0)
+    v.step(["a"] * 12)
+    assert peak == 3
+
+
+def test_astep_inside_a_running_loop_and_step_refused_there():
+    async def main():
+        v = AsyncVectorEnv([lambda: SlowCounter(length=3)] * 2)
+        obs, _ = await v.areset(seed=0)
+        res = await v.astep(["a", "b"])
+        with pytest.raises(VectorEnvError, match="await astep"):
+            v.step(["a", "b"])
+        return res.observations
+
+    assert asyncio.run(main()) == ["t=1 a=a", "t=1 a=b"]
+
+
+def test_make_vec_runs_registered_games():
+    v = gemkit.make_vec("game:GuessTheNumber-v0-easy", 8, mode="async")
+    obs, _ = v.reset(seed=0)
+    assert len(obs) == 8 and all("between 1 and 20" in o for o in obs)
+    out = v.step(["\\boxed{10}"] * 8)
+    assert out.rewards.dtype == np.float64 and out.terminated.dtype == bool
+    v.close()
+    with pytest.raises(VectorEnvError, match="closed"):
+        v.step(["\\boxed{1}"] * 8)
+
+
+def test_bad_vector_arguments_have_clear_messages():
+    with pytest.raises(VectorEnvError, match="autoreset_mode"):
+        SyncVectorEnv([Counter], autoreset_mode="sometimes")
+    with pytest.raises(ValueError, match="vector mode"):
+        gemkit.make_vec("game:GuessTheNumber-v0-easy", 2, mode="threads")
+    with pytest.raises(VectorEnvError, match="seeds"):
+        SyncVectorEnv([Counter] * 2).reset(seed=[1, 2, 3])
