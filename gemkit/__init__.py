@@ -32,16 +32,55 @@ _EXPORTS: dict[str, str] = {
     "make_policy": "gemkit.policy",
     "GemkitError": "gemkit.errors",
     "UnknownEnvError": "gemkit.errors",
+    "LLMClient": "gemkit.llm.client",
+    "LLMPolicy": "gemkit.llm.policy",
+    "ChatHistory": "gemkit.wrappers.history",
 }
 
-__all__ = sorted(_EXPORTS) + ["__version__"]
+__all__ = [
+    "ActionWrapper",
+    "AsyncVectorEnv",
+    "ChatHistory",
+    "Env",
+    "EnvSpec",
+    "GemkitError",
+    "LLMClient",
+    "LLMPolicy",
+    "ObservationWrapper",
+    "Policy",
+    "RandomPolicy",
+    "RewardWrapper",
+    "ScriptedPolicy",
+    "SyncVectorEnv",
+    "TextSpace",
+    "UnknownEnvError",
+    "VectorEnv",
+    "Wrapper",
+    "__version__",
+    "list_envs",
+    "make",
+    "make_policy",
+    "make_vec",
+    "register",
+    "spec",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
-    from gemkit.core import ActionWrapper, Env, ObservationWrapper, RewardWrapper, TextSpace, Wrapper
+    from gemkit.core import (
+        ActionWrapper,
+        Env,
+        ObservationWrapper,
+        RewardWrapper,
+        TextSpace,
+        Wrapper,
+    )
     from gemkit.errors import GemkitError, UnknownEnvError
+    from gemkit.llm.client import LLMClient
+    from gemkit.llm.policy import LLMPolicy
     from gemkit.policy import Policy, RandomPolicy, ScriptedPolicy, make_policy
     from gemkit.registry import EnvSpec, list_envs, make, make_vec, register, spec
     from gemkit.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
+    from gemkit.wrappers.history import ChatHistory
 
 
 def __getattr__(name: str) -> Any:
@@ -54,4 +93,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return __all__
+    return list(__all__)

@@ -1,0 +1,477 @@
+"""An async client for any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, OpenAI).
+
+One aiohttp session per client, a concurrency limit, retries with exponential backoff and
+jitter on 429/5xx/timeouts/dropped connections (honouring `Retry-After`), and token totals.
+`reasoning_content` (from reasoning parsers) is kept apart from `content`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import numpy as np
+
+from gemkit.errors import GemkitError
+
+logger = logging.getLogger(__name__)
+
+ENV_BASE_URL = "GEMKIT_BASE_URL"
+ENV_API_KEY = "GEMKIT_API_KEY"
+ENV_MODEL = "GEMKIT_MODEL"
+RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class LLMError(GemkitError):
+    """A chat request that failed: a rejected request, or retries exhausted."""
+
+    def __init__(self, message: str, *, status: int | None = None, attempts: int = 1):
+        super().__init__(message)
+        self.status = status
+        self.attempts = attempts
+
+
+class LLMConfigError(GemkitError):
+    """The client is missing its endpoint or model."""
+
+
+@dataclass
+class ToolCall:
+    """A function call the model asked for; `arguments` is the raw JSON text the model wrote."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def parsed_arguments(self) -> Any:
+        """The arguments decoded from JSON; the raw text when it is not valid JSON."""
+        try:
+            return json.loads(self.arguments)
+        except (json.JSONDecodeError, TypeError):
+            return self.arguments
+
+    def to_dict(self) -> dict[str, Any]:
+        """The OpenAI wire form."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ToolCall:
+        """Read the OpenAI wire form (arguments given as a dict are JSON-encoded)."""
+        fn = d.get("function") or {}
+        args = fn.get("arguments", "{}")
+        return cls(
+            id=str(d.get("id") or ""),
+            name=str(fn.get("name") or ""),
+            arguments=args if isinstance(args, str) else json.dumps(args),
+        )
+
+
+@dataclass
+class Message:
+    """A chat message; `reasoning_content` is the model's thinking, kept apart from `content`."""
+
+    role: str
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    tool_call_id: str | None = None
+    name: str | None = None
+
+    def to_dict(self, *, include_reasoning: bool = True) -> dict[str, Any]:
+        """The OpenAI wire form; empty fields are left out."""
+        d: dict[str, Any] = {"role": self.role, "content": self.content}
+        if include_reasoning and self.reasoning_content is not None:
+            d["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            d["tool_calls"] = [c.to_dict() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            d["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            d["name"] = self.name
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Message:
+        """Read the OpenAI wire form."""
+        return cls(
+            role=str(d.get("role", "assistant")),
+            content=d.get("content"),
+            reasoning_content=d.get("reasoning_content") or d.get("reasoning"),
+            tool_calls=[ToolCall.from_dict(c) for c in d.get("tool_calls") or []],
+            tool_call_id=d.get("tool_call_id"),
+            name=d.get("name"),
+        )
+
+
+@dataclass
+class Usage:
+    """Token counts as the server reported them."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.total_tokens + other.total_tokens,
+        )
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Usage:
+        """Read the `usage` object of a response (missing fields count as 0)."""
+        d = d or {}
+        p, c = int(d.get("prompt_tokens") or 0), int(d.get("completion_tokens") or 0)
+        return cls(p, c, int(d.get("total_tokens") or p + c))
+
+
+@dataclass
+class Choice:
+    """One sampled completion."""
+
+    index: int
+    message: Message
+    finish_reason: str | None = None
+
+
+@dataclass
+class ChatResponse:
+    """A chat completion: the choices, the usage, and how many attempts it took."""
+
+    id: str
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    attempts: int = 1
+    latency_s: float = 0.0
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def message(self) -> Message:
+        """The first choice's message."""
+        return self.choices[0].message
+
+    @property
+    def content(self) -> str:
+        """The first choice's content ('' when the model only called tools)."""
+        return self.message.content or ""
+
+    @property
+    def reasoning_content(self) -> str | None:
+        """The first choice's reasoning, when the server separates it."""
+        return self.message.reasoning_content
+
+    @property
+    def tool_calls(self) -> list[ToolCall]:
+        """The first choice's tool calls."""
+        return self.message.tool_calls
+
+    @property
+    def finish_reason(self) -> str | None:
+        """Why the first choice stopped (`stop`, `length`, `tool_calls`)."""
+        return self.choices[0].finish_reason
+
+    @classmethod
+    def from_dict(
+        cls, d: Mapping[str, Any], *, attempts: int = 1, latency_s: float = 0.0
+    ) -> ChatResponse:
+        """Read a chat-completions response body."""
+        choices = [
+            Choice(
+                int(c.get("index", i)),
+                Message.from_dict(c.get("message") or {}),
+                c.get("finish_reason"),
+            )
+            for i, c in enumerate(d.get("choices") or [])
+        ]
+        if not choices:
+            raise LLMError(f"the endpoint answered with no choices: {json.dumps(d)[:300]}")
+        return cls(
+            id=str(d.get("id", "")),
+            model=str(d.get("model", "")),
+            choices=choices,
+            usage=Usage.from_dict(d.get("usage")),
+            attempts=attempts,
+            latency_s=latency_s,
+            raw=dict(d),
+        )
+
+
+class _Retryable(Exception):
+    def __init__(self, reason: str, retry_after: float | None = None, status: int | None = None):
+        super().__init__(reason)
+        self.retry_after = retry_after
+        self.status = status
+
+
+class LLMClient:
+    """Async OpenAI-compatible chat client with a concurrency limit, retries and usage totals.
+
+    Configure with arguments or the env vars `GEMKIT_BASE_URL`, `GEMKIT_API_KEY`,
+    `GEMKIT_MODEL`. Default sampling parameters (`temperature=0.7`, ...) passed as keyword
+    arguments apply to every `chat` call unless the call overrides them.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        model: str | None = None,
+        *,
+        max_concurrency: int = 16,
+        timeout: float = 120.0,
+        max_retries: int = 6,
+        backoff_base: float = 0.5,
+        backoff_max: float = 30.0,
+        max_retry_after: float = 120.0,
+        seed: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        **default_params: Any,
+    ):
+        base_url = base_url or os.environ.get(ENV_BASE_URL)
+        model = model or os.environ.get(ENV_MODEL)
+        if not base_url:
+            raise LLMConfigError(
+                f"no LLM endpoint: pass base_url= or set {ENV_BASE_URL} "
+                "(an OpenAI-compatible URL such as http://localhost:8000/v1)"
+            )
+        if not model:
+            raise LLMConfigError(
+                f"no model name: pass model= or set {ENV_MODEL} (e.g. Qwen/Qwen3-8B)"
+            )
+        if max_concurrency < 1:
+            raise LLMConfigError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        if max_retries < 0:
+            raise LLMConfigError(f"max_retries must be >= 0, got {max_retries}")
+        self.base_url = base_url.rstrip("/")
+        self.api_key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
+        self.model = model
+        self.max_concurrency = max_concurrency
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.backoff_base = backoff_base
+        self.backoff_max = backoff_max
+        self.max_retry_after = max_retry_after
+        self.headers = dict(headers or {})
+        self.default_params = default_params
+        self.usage = Usage()
+        self.num_requests = 0
+        self.num_attempts = 0
+        self.num_retries = 0
+        self._rng = np.random.default_rng(seed)
+        self._session: aiohttp.ClientSession | None = None
+        self._sem: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"LLMClient(base_url={self.base_url!r}, model={self.model!r})"
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> LLMClient:
+        # A client is a shared connection pool: cloned envs and policies use the same one.
+        return self
+
+    # -- session ------------------------------------------------------------------------------
+
+    def _ensure_session(self) -> tuple[aiohttp.ClientSession, asyncio.Semaphore]:
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            # A session is tied to its event loop; a client reused under a new loop (two
+            # `asyncio.run` calls) gets a fresh one instead of failing; the old one cannot be
+            # closed from here (its loop is gone), its idle sockets go with garbage collection.
+            headers = {"Content-Type": "application/json", **self.headers}
+            if self.api_key:
+                headers["Authorization"] = f"Bearer {self.api_key}"
+            limit = aiohttp.TCPConnector(limit=self.max_concurrency)
+            self._session = aiohttp.ClientSession(headers=headers, connector=limit)
+            self._sem = asyncio.Semaphore(self.max_concurrency)
+            self._loop = loop
+        assert self._sem is not None
+        return self._session, self._sem
+
+    async def close(self) -> None:
+        """Close the HTTP session (safe to call twice)."""
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+    async def __aenter__(self) -> LLMClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def build_body(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **params: Any,
+    ) -> dict[str, Any]:
+        """The JSON body `chat` sends: default params, then call params (None means unset)."""
+        extra_body = params.pop("extra_body", None) or {}
+        merged = {**self.default_params, **{k: v for k, v in params.items() if v is not None}}
+        extra_body = {**merged.pop("extra_body", {}), **extra_body}
+        body: dict[str, Any] = {
+            "model": merged.pop("model", None) or self.model,
+            "messages": [m.to_dict() if isinstance(m, Message) else dict(m) for m in messages],
+        }
+        if tools:
+            body["tools"] = list(tools)
+        body.update({k: v for k, v in merged.items() if v is not None})
+        body.update(extra_body)
+        return body
+
+    async def chat(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        model: str | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        max_tokens: int | None = None,
+        n: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        seed: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        timeout: float | None = None,
+    ) -> ChatResponse:
+        """Send one chat-completions request; retry transient failures; return the response."""
+        if not messages:
+            raise LLMError("chat() needs at least one message")
+        body = self.build_body(
+            messages,
+            tools=tools,
+            tool_choice=tool_choice,
+            model=model,
+            temperature=temperature,
+            top_p=top_p,
+            max_tokens=max_tokens,
+            n=n,
+            stop=stop,
+            seed=seed,
+            extra_body=extra_body,
+        )
+        self.num_requests += 1
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            self.num_attempts += 1
+            try:
+                data = await self._post(body, timeout if timeout is not None else self.timeout)
+            except _Retryable as e:
+                if attempt > self.max_retries:
+                    raise LLMError(
+                        f"chat request to {self.base_url} failed after {attempt} attempts: {e}",
+                        status=e.status,
+                        attempts=attempt,
+                    ) from None
+                delay = self._delay(attempt, e.retry_after)
+                logger.info("chat attempt %d failed (%s); retrying in %.2fs", attempt, e, delay)
+                self.num_retries += 1
+                await asyncio.sleep(delay)
+                continue
+            response = ChatResponse.from_dict(
+                data, attempts=attempt, latency_s=time.monotonic() - start
+            )
+            self.usage = self.usage + response.usage
+            return response
+
+    async def _post(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+        session, sem = self._ensure_session()
+        url = f"{self.base_url}/chat/completions"
+        async with sem:
+            try:
+                async with session.post(
+                    url, json=body, timeout=aiohttp.ClientTimeout(total=timeout)
+                ) as resp:
+                    text = await resp.text()
+                    status = resp.status
+                    retry_after = _parse_retry_after(resp.headers.get("Retry-After"))
+            except asyncio.TimeoutError:
+                raise _Retryable(f"no answer within {timeout:g}s") from None
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+                raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
+        if status in RETRY_STATUSES or status >= 500:
+            raise _Retryable(f"HTTP {status}: {_error_message(text)}", retry_after, status)
+        if status >= 400:
+            raise LLMError(
+                f"the endpoint rejected the request (HTTP {status}): {_error_message(text)}",
+                status=status,
+            )
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            raise LLMError(
+                f"the endpoint answered with invalid JSON: {text[:300]!r}", status=status
+            ) from None
+        if not isinstance(data, dict):
+            raise LLMError(
+                f"the endpoint answered with a non-object JSON body: {text[:300]!r}", status=status
+            )
+        return data
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.max_retry_after)
+        cap = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+        # "Equal jitter": at least half the backoff, so retries never bunch at zero.
+        return cap / 2 + float(self._rng.uniform(0, cap / 2))
+
+    async def models(self) -> list[str]:
+        """The model ids the endpoint serves (`GET /models`)."""
+        session, _ = self._ensure_session()
+        try:
+            async with session.get(
+                f"{self.base_url}/models", timeout=aiohttp.ClientTimeout(total=self.timeout)
+            ) as resp:
+                text = await resp.text()
+                if resp.status >= 400:
+                    raise LLMError(
+                        f"GET /models failed (HTTP {resp.status}): {_error_message(text)}",
+                        status=resp.status,
+                    )
+        except (asyncio.TimeoutError, aiohttp.ClientError) as e:
+            raise LLMError(f"cannot reach {self.base_url}: {type(e).__name__}: {e}") from None
+        return [m.get("id", "") for m in json.loads(text).get("data", [])]
+
+
+def _parse_retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _error_message(text: str) -> str:
+    try:
+        err = json.loads(text).get("error")
+    except (json.JSONDecodeError, AttributeError):
+        return text[:300]
+    if isinstance(err, Mapping):
+        return str(err.get("message", err))
+    return str(err)[:300] if err else text[:300]

@@ -1,0 +1,94 @@
+"""`LLMPolicy`: a `gemkit.policy.Policy` backed by an OpenAI-compatible chat model."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gemkit.llm.client import ChatResponse, LLMClient, ToolCall, Usage
+from gemkit.policy import Observation
+
+
+def hermes_tool_calls(calls: Sequence[ToolCall]) -> str:
+    """Render tool calls as Hermes `<tool_call>{"name", "arguments"}</tool_call>` blocks."""
+    blocks = []
+    for call in calls:
+        payload = {"name": call.name, "arguments": call.parsed_arguments()}
+        blocks.append(f"<tool_call>\n{json.dumps(payload, ensure_ascii=False)}\n</tool_call>")
+    return "\n".join(blocks)
+
+
+def action_text(response: ChatResponse) -> str:
+    """The action of a response: its content, followed by Hermes blocks for any tool calls."""
+    content = response.content
+    if not response.tool_calls:
+        return content
+    calls = hermes_tool_calls(response.tool_calls)
+    return f"{content.rstrip()}\n{calls}" if content.strip() else calls
+
+
+class LLMPolicy:
+    """Acts by asking a chat model.
+
+    A string observation is added to the policy's own running chat (system, user, assistant,
+    user, ...); a list of chat messages (from `ChatHistory`) is sent as is, with the system
+    prompt put first when the list has none. Tool calls come back as Hermes `<tool_call>`
+    blocks, the format `ToolEnvWrapper` parses. `last_response` keeps the full response
+    (reasoning, usage) for rollouts; `usage` sums the episode's tokens.
+
+    With `message_actions=True` the action is the assistant message dict itself (content,
+    `reasoning_content`, `tool_calls`), for `ChatHistory`, which keeps the reasoning in the
+    history (so `ThinkingRetention` can manage it) and hands the env the text form.
+    """
+
+    def __init__(
+        self,
+        client: LLMClient,
+        system_prompt: str | None = None,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        message_actions: bool = False,
+        **sampling: Any,
+    ):
+        self.client = client
+        self.system_prompt = system_prompt
+        self.tools = list(tools) if tools else None
+        self.message_actions = message_actions
+        self.sampling = sampling
+        self.messages: list[dict[str, Any]] = []
+        self.last_response: ChatResponse | None = None
+        self.usage = Usage()
+
+    def reset(self) -> None:
+        """Forget the previous episode's chat and usage."""
+        self.messages = []
+        self.last_response = None
+        self.usage = Usage()
+
+    def _prompt(self, observation: Observation) -> list[dict[str, Any]]:
+        if isinstance(observation, str):
+            if not self.messages and self.system_prompt is not None:
+                self.messages.append({"role": "system", "content": self.system_prompt})
+            self.messages.append({"role": "user", "content": observation})
+            return self.messages
+        messages = [dict(m) for m in observation]
+        if self.system_prompt is not None and not any(m.get("role") == "system" for m in messages):
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return messages
+
+    async def act(self, observation: Observation) -> Any:
+        """Ask the model for the next action (a str; a message dict with `message_actions`)."""
+        response = await self.client.chat(
+            self._prompt(observation), tools=self.tools, **self.sampling
+        )
+        self.last_response = response
+        self.usage = self.usage + response.usage
+        action = action_text(response)
+        if isinstance(observation, str):
+            # The running chat stays plain text: tool calls are kept as the Hermes text the env
+            # received, so the next user turn (the tool output) is a valid follow-up.
+            self.messages.append({"role": "assistant", "content": action})
+        if self.message_actions:
+            return response.message.to_dict()
+        return action
