@@ -14,14 +14,20 @@ from gemkit.policy import Policy
 
 @dataclass
 class Turn:
-    """One transition: what the policy saw, what it did, and what the env answered."""
+    """One transition: what the policy saw, what it did, and what the env answered.
+
+    `observation` is what the policy was given: text, or the chat messages the model saw
+    (with `ChatHistory` and context wrappers). `usage` holds the model's token counts for
+    this turn when the policy reports them (`prompt_tokens`, `completion_tokens`).
+    """
 
     observation: Any
-    action: str
+    action: Any
     reward: float
     terminated: bool
     truncated: bool
     info: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -48,11 +54,53 @@ class Episode:
         """Number of steps taken."""
         return len(self.turns)
 
+    @property
+    def tool_calls(self) -> int:
+        """Tool calls made during the episode (as `ToolEnvWrapper` reports them)."""
+        return int(sum(t.info.get("tool_calls", 0) or 0 for t in self.turns))
+
+    @property
+    def tokens(self) -> dict[str, int]:
+        """Prompt and completion tokens summed over the turns."""
+        return {
+            "prompt_tokens": sum(t.usage.get("prompt_tokens", 0) for t in self.turns),
+            "completion_tokens": sum(t.usage.get("completion_tokens", 0) for t in self.turns),
+        }
+
+    def returns(self, gamma: float = 1.0) -> list[float]:
+        """Discounted return from each turn: G_t = r_t + gamma * G_{t+1}."""
+        from gemkit.rl import discounted_returns
+
+        return [float(g) for g in discounted_returns([t.reward for t in self.turns], gamma)]
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict with the summary figures next to the turns."""
         d = asdict(self)
-        d.update(total_reward=self.total_reward, success=self.success, num_turns=self.num_turns)
+        d.update(
+            total_reward=self.total_reward,
+            success=self.success,
+            num_turns=self.num_turns,
+            tool_calls=self.tool_calls,
+            tokens=self.tokens,
+        )
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Episode:
+        """Rebuild an episode from `to_dict` output (for example a JSONL line)."""
+        turns = [Turn(**{k: v for k, v in t.items() if k in _TURN_FIELDS}) for t in d["turns"]]
+        return cls(env_id=d["env_id"], seed=d.get("seed"), turns=turns, error=d.get("error"))
+
+
+_TURN_FIELDS = {"observation", "action", "reward", "terminated", "truncated", "info", "usage"}
+
+
+def _usage_of(policy: Any) -> dict[str, int]:
+    response = getattr(policy, "last_response", None)
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return {}
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
 
 
 async def run_episode(
@@ -66,7 +114,8 @@ async def run_episode(
         for _ in range(max_steps):
             action = await policy.act(obs)
             next_obs, reward, terminated, truncated, info = await env.astep(action)
-            episode.turns.append(Turn(obs, action, float(reward), terminated, truncated, info))
+            turn = Turn(obs, action, float(reward), terminated, truncated, info, _usage_of(policy))
+            episode.turns.append(turn)
             obs = next_obs
             if terminated or truncated:
                 break
@@ -122,15 +171,18 @@ def run_episodes(env_id: str, policy_factory: Callable[[], Policy], n: int, **kw
 
 
 def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
-    """Success rate, mean return, mean turns and error count of a list of episodes."""
+    """Success rate, mean return, turns, tool calls and tokens, and errors of episodes."""
     n = len(episodes)
+    keys = ("success_rate", "mean_return", "mean_turns", "mean_tool_calls", "mean_tokens")
     if n == 0:
-        return {"episodes": 0, "success_rate": 0.0, "mean_return": 0.0, "mean_turns": 0.0, "errors": 0}
+        return {"episodes": 0, **dict.fromkeys(keys, 0.0), "errors": 0}
     return {
         "episodes": n,
         "success_rate": sum(e.success for e in episodes) / n,
         "mean_return": sum(e.total_reward for e in episodes) / n,
         "mean_turns": sum(e.num_turns for e in episodes) / n,
+        "mean_tool_calls": sum(e.tool_calls for e in episodes) / n,
+        "mean_tokens": sum(sum(e.tokens.values()) for e in episodes) / n,
         "errors": sum(e.error is not None for e in episodes),
     }
 
@@ -143,3 +195,66 @@ def save_jsonl(episodes: Iterable[Episode], path: str | Path) -> Path:
         for ep in episodes:
             f.write(json.dumps(ep.to_dict(), default=str) + "\n")
     return path
+
+
+def load_jsonl(path: str | Path) -> list[Episode]:
+    """Read episodes written by `save_jsonl` (a torn last line is skipped)."""
+    episodes = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            episodes.append(Episode.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, KeyError):
+            continue
+    return episodes
+
+
+def to_dataset(episodes: Sequence[Episode], *, per: str = "turn", gamma: float = 1.0) -> Any:
+    """A `datasets.Dataset` with one row per turn (default) or per episode.
+
+    Turn rows hold `env_id, seed, episode, turn, observation, action, reward, return,
+    terminated, truncated, prompt_tokens, completion_tokens, info`; chat observations and
+    infos are JSON strings so every row has the same schema.
+    """
+    import datasets
+
+    def text(x: Any) -> str:
+        return x if isinstance(x, str) else json.dumps(x, default=str)
+
+    if per == "episode":
+        rows = [
+            {
+                "env_id": e.env_id,
+                "seed": e.seed,
+                "success": e.success,
+                "total_reward": e.total_reward,
+                "num_turns": e.num_turns,
+                "tool_calls": e.tool_calls,
+                "turns": json.dumps([asdict(t) for t in e.turns], default=str),
+                "error": e.error or "",
+            }
+            for e in episodes
+        ]
+        return datasets.Dataset.from_list(rows)
+    if per != "turn":
+        raise ValueError(f"per must be 'turn' or 'episode', got {per!r}")
+    rows = []
+    for k, e in enumerate(episodes):
+        for i, (t, g) in enumerate(zip(e.turns, e.returns(gamma), strict=True)):
+            rows.append(
+                {
+                    "env_id": e.env_id,
+                    "seed": e.seed,
+                    "episode": k,
+                    "turn": i,
+                    "observation": text(t.observation),
+                    "action": text(t.action),
+                    "reward": t.reward,
+                    "return": g,
+                    "terminated": t.terminated,
+                    "truncated": t.truncated,
+                    "prompt_tokens": t.usage.get("prompt_tokens", 0),
+                    "completion_tokens": t.usage.get("completion_tokens", 0),
+                    "info": json.dumps(t.info, default=str),
+                }
+            )
+    return datasets.Dataset.from_list(rows)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -30,7 +32,7 @@ def results_table(rows: dict[str, dict[str, float]], title: str) -> Table:
         if col == "env":
             table.add_column(col, no_wrap=True, overflow="fold")
         else:
-            table.add_column(col, justify="right")
+            table.add_column(col, justify="right", min_width=len(col), no_wrap=True)
     for env_id, s in rows.items():
         table.add_row(
             env_id,
@@ -58,10 +60,10 @@ def run_policy(
     with Progress(*columns, console=console, transient=True) as progress:
         for env_id in env_ids:
             task = progress.add_task(env_id, total=n)
-            counter = iter(range(1_000_000))
+            counter = itertools.count(seed)
 
-            def factory(env_id: str = env_id):
-                return make_policy(policy, env_id, seed=seed + next(counter))
+            def factory(env_id: str = env_id, counter: Iterator[int] = counter):
+                return make_policy(policy, env_id, seed=next(counter))
 
             episodes = run_episodes(
                 env_id,

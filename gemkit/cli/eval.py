@@ -1,0 +1,175 @@
+"""`gemkit eval`: evaluate a model (or a built-in policy) on env ids, resumably."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gemkit.cli.console import console
+
+CONTEXTS = ("none", "discard-all", "discard-75", "summary", "thinking")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Register `gemkit eval`."""
+    p = sub.add_parser("eval", help="evaluate a model or a built-in policy on env ids")
+    p.add_argument("env_ids", nargs="+", metavar="ID")
+    p.add_argument("--policy", choices=["llm", "expert", "random"], default="llm")
+    p.add_argument("--model", help="model name (or GEMKIT_MODEL)")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint (or GEMKIT_BASE_URL)")
+    p.add_argument("--api-key", help="API key (or GEMKIT_API_KEY)")
+    p.add_argument("-n", "--episodes", type=int, default=10, help="episodes per env id")
+    p.add_argument("--seed", type=int, default=0, help="episode k uses seed SEED+k")
+    p.add_argument("--concurrency", type=int, default=16, help="episodes in flight at once")
+    p.add_argument("--context", choices=CONTEXTS, default="none", help="context strategy")
+    p.add_argument("--max-context", type=int, default=32_000, help="context window in tokens")
+    p.add_argument("--tools", default="", help="comma-separated tool names, e.g. python,search")
+    p.add_argument("--system-prompt", default=None)
+    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument("--max-tokens", type=int, default=None)
+    p.add_argument("--out", type=Path, required=True, help="results folder")
+    p.add_argument("--resume", action="store_true", help="continue a run in --out")
+    p.set_defaults(func=run)
+
+
+def _wrappers(args: argparse.Namespace, client: Any) -> list:
+    from gemkit.wrappers import (
+        ChatHistory,
+        DiscardAllContext,
+        DiscardContext,
+        SummaryContext,
+        ThinkingRetention,
+    )
+
+    wrappers: list = [lambda env: ChatHistory(env, system_prompt=args.system_prompt)]
+    m = args.max_context
+    extra = {
+        "none": None,
+        "discard-all": lambda env: DiscardAllContext(env, max_context=m),
+        "discard-75": lambda env: DiscardContext(env, max_context=m, fraction=0.75),
+        "summary": lambda env: SummaryContext(env, summarizer=client, max_context=m),
+        "thinking": lambda env: ThinkingRetention(env),
+    }[args.context]
+    return wrappers + ([extra] if extra else [])
+
+
+def summary_table(summary: dict[str, dict[str, float]]) -> Table:
+    """The final per-env table."""
+    table = Table(title="evaluation")
+    cols = ("env", "episodes", "success", "return", "turns", "tool calls", "tokens", "errors")
+    for col in cols:
+        if col == "env":
+            table.add_column(col, overflow="fold")
+        else:
+            table.add_column(col, justify="right", min_width=len(col), no_wrap=True)
+    for env_id, s in summary.items():
+        table.add_row(
+            env_id,
+            f"{s['episodes']}" + (f" ({s['missing']} missing)" if s.get("missing") else ""),
+            f"{s['success_rate']:.1%}",
+            f"{s['mean_return']:.3f}",
+            f"{s['mean_turns']:.2f}",
+            f"{s['mean_tool_calls']:.2f}",
+            f"{s['mean_tokens']:.0f}",
+            str(s["errors"]),
+        )
+    return table
+
+
+async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    from gemkit.errors import GemkitError
+    from gemkit.evaluate import EPISODES_FILE, evaluate, read_done
+    from gemkit.policy import make_policy
+    from gemkit.registry import spec
+
+    for env_id in args.env_ids:
+        spec(env_id)  # unknown ids fail before any work
+    done = read_done(args.out / EPISODES_FILE)
+    if done and not args.resume:
+        raise GemkitError(
+            f"{args.out} already holds {len(done)} finished episodes; pass --resume to "
+            "continue that run, or choose another --out"
+        )
+    tools = [t for t in args.tools.split(",") if t.strip()]
+    client = None
+    if args.policy == "llm":
+        from gemkit.llm import LLMClient
+
+        sampling = {"temperature": args.temperature, "max_tokens": args.max_tokens}
+        client = LLMClient(
+            args.base_url,
+            args.api_key,
+            args.model,
+            max_concurrency=args.concurrency,
+            **{k: v for k, v in sampling.items() if v is not None},
+        )
+
+    def policy_factory(env_id: str):
+        if client is not None:
+            return make_policy("llm", env_id, client=client, system_prompt=None)
+        return make_policy(args.policy, env_id, seed=args.seed)
+
+    def make_kwargs(env_id: str) -> dict[str, Any]:
+        kw: dict[str, Any] = {"tools": tools} if tools else {}
+        if client is not None:
+            kw["wrappers"] = _wrappers(args, client)
+        return kw
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[wins]} solved"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console) as progress:
+        tasks = {}
+        for env_id in args.env_ids:
+            prior = [r for r in done.values() if r["env_id"] == env_id and r["index"] < args.episodes]
+            tasks[env_id] = progress.add_task(
+                env_id, total=args.episodes, completed=len(prior), wins=sum(r["success"] for r in prior)
+            )
+
+        def on_episode(env_id: str, k: int, ep: Any) -> None:
+            task = tasks[env_id]
+            if ep.error:
+                console.print(f"[yellow]{env_id} episode {k}: {ep.error}[/yellow]")
+                return
+            wins = progress.tasks[task].fields["wins"] + int(ep.success)
+            progress.update(task, advance=1, wins=wins)
+
+        try:
+            return await evaluate(
+                args.env_ids,
+                policy_factory,
+                args.episodes,
+                args.out,
+                seed=args.seed,
+                concurrency=args.concurrency,
+                resume=args.resume,
+                make_kwargs=make_kwargs,
+                on_episode=on_episode,
+            )
+        finally:
+            if client is not None:
+                await client.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the evaluation and print the table."""
+    if args.episodes < 1 or args.concurrency < 1:
+        console.print("[red]error:[/red] -n and --concurrency must be at least 1")
+        return 2
+    summary = asyncio.run(_main(args))
+    console.print(summary_table(summary))
+    console.print(f"results in {args.out}/ (episodes.jsonl, summary.json)")
+    missing = sum(s.get("missing", 0) for s in summary.values())
+    if missing:
+        console.print(f"[yellow]{missing} episodes did not finish; rerun with --resume[/yellow]")
+        return 1
+    return 0
