@@ -20,7 +20,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-import gemkit
 from gemkit.core import ObservationWrapper
 from gemkit.envs.games.guess_the_number import GuessTheNumber
 from gemkit.vector import AsyncVectorEnv, SyncVectorEnv
