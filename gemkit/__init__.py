@@ -35,6 +35,10 @@ _EXPORTS: dict[str, str] = {
     "LLMClient": "gemkit.llm.client",
     "LLMPolicy": "gemkit.llm.policy",
     "ChatHistory": "gemkit.wrappers.history",
+    "Tool": "gemkit.tools.base",
+    "ToolResult": "gemkit.tools.base",
+    "ToolEnvWrapper": "gemkit.tools.wrapper",
+    "tool": "gemkit.tools.function",
 }
 
 __all__ = [
@@ -53,6 +57,9 @@ __all__ = [
     "ScriptedPolicy",
     "SyncVectorEnv",
     "TextSpace",
+    "Tool",
+    "ToolEnvWrapper",
+    "ToolResult",
     "UnknownEnvError",
     "VectorEnv",
     "Wrapper",
@@ -63,6 +70,7 @@ __all__ = [
     "make_vec",
     "register",
     "spec",
+    "tool",
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -79,6 +87,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from gemkit.llm.policy import LLMPolicy
     from gemkit.policy import Policy, RandomPolicy, ScriptedPolicy, make_policy
     from gemkit.registry import EnvSpec, list_envs, make, make_vec, register, spec
+    from gemkit.tools.base import Tool, ToolResult
+    from gemkit.tools.function import tool
+    from gemkit.tools.wrapper import ToolEnvWrapper
     from gemkit.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
     from gemkit.wrappers.history import ChatHistory
 

@@ -220,12 +220,14 @@ def make(
     wrappers: Sequence[Callable[[Env], Env]] = (),
     tools: Sequence[Any] | None = None,
     mcp: Any = None,
+    tool_options: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> Env:
     """Build an env by id, apply `wrappers` in order, and optionally give it tools.
 
     `tools` (names like `"python"` or tool objects) and `mcp` (an MCP server command or URL)
-    wrap the env in a `ToolEnvWrapper`, turning a single-turn task into a tool-use task.
+    wrap the env in a `ToolEnvWrapper`, turning a single-turn task into a tool-use task;
+    `tool_options` go to the wrapper (e.g. `{"max_tool_uses": 5}`).
     """
     env = spec(env_id).make(**kwargs)
     for wrap in wrappers:
@@ -233,7 +235,7 @@ def make(
     if tools or mcp:
         from gemkit.tools.wrapper import wrap_with_tools
 
-        env = wrap_with_tools(env, tools=tools or (), mcp=mcp)
+        env = wrap_with_tools(env, tools=tools or (), mcp=mcp, **(tool_options or {}))
     return env
 
 

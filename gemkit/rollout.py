@@ -161,7 +161,11 @@ async def arun_episodes(
     await asyncio.gather(*(one(k) for k in todo))
     while not pool.empty():
         env, _ = pool.get_nowait()
-        env.close()
+        closer = getattr(env, "aclose", None)
+        if closer is not None:
+            await closer()
+        else:
+            env.close()
     return [results[k] for k in todo]
 
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
+
+from gemkit.errors import GemkitError
+
+
+class ToolError(GemkitError):
+    """A tool set up wrongly (bad name, unknown tool, missing optional dependency)."""
 
 
 @dataclass
@@ -55,3 +62,14 @@ class Tool:
 
     async def close(self) -> None:
         """Release resources (processes, sessions, connections)."""
+
+    def clone(self) -> Tool:
+        """A fresh copy for a cloned env; tools holding live resources return an unstarted one.
+
+        The default deep-copies the tool, which suits tools without processes, sessions or
+        connections. `ToolEnvWrapper.clone` calls this for each of its tools.
+        """
+        return copy.deepcopy(self)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"

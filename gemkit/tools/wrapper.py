@@ -1,0 +1,552 @@
+"""`ToolEnvWrapper`: run the tool calls in an action and answer with their results.
+
+The inner env only ever sees final answers (actions without a call attempt), so any
+single-turn task becomes a multi-turn tool-use task with no change to the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import time
+from collections.abc import Awaitable, Coroutine, Iterable, Sequence
+from typing import Any, TypeVar
+
+import gymnasium
+
+from gemkit.core import ResetResult, StepResult, Wrapper
+from gemkit.errors import GemkitError
+from gemkit.tools.base import Tool, ToolError, ToolResult
+from gemkit.tools.function import result_to_text, tool
+from gemkit.tools.parsing import (
+    DEFAULT_FORMATS,
+    FORMATS,
+    ParseError,
+    ToolCall,
+    parse_action,
+    tag_field,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: over-limit actions answered with "give your final answer now" before the episode is truncated
+LIMIT_WARNINGS = 1
+
+
+def as_tool(item: Any) -> Tool:
+    """A `Tool` from a Tool object or class, a built-in tool name, or a typed function."""
+    if isinstance(item, Tool):
+        return item
+    if all(hasattr(item, a) for a in ("name", "Args", "call", "openai_schema")) and not (
+        isinstance(item, type)
+    ):
+        return item  # duck-typed tool from another library
+    if isinstance(item, type) and issubclass(item, Tool):
+        return item()
+    if isinstance(item, str):
+        from gemkit.tools import resolve_tool
+
+        return resolve_tool(item)
+    if callable(item):
+        return tool(item)
+    raise ToolError(
+        f"cannot use {item!r} as a tool: pass a Tool object, a typed function, or a built-in "
+        "tool name such as 'python'"
+    )
+
+
+def clone_tool(t: Tool) -> Tool:
+    """`t.clone()`, with a clear error for tools that hold live resources and cannot copy."""
+    try:
+        return t.clone() if hasattr(t, "clone") else copy.deepcopy(t)
+    except Exception as e:
+        raise ToolError(
+            f"cannot clone tool {getattr(t, 'name', t)!r} ({type(e).__name__}: {e}); tools "
+            "that hold processes, sessions or connections must implement clone() returning "
+            "a fresh, unstarted copy"
+        ) from e
+
+
+class ToolEnvWrapper(Wrapper):
+    """Intercepts tool calls in each action, runs them, and returns their results.
+
+    - **reset** resets every tool and appends the tool instructions and OpenAI schemas to the
+      observation (`instructions=False` leaves it unchanged, a string replaces the default
+      text, with `{tools}` standing for the schemas); `info["tools"]` holds the schemas.
+    - **step** with call attempts runs the well-formed calls (concurrently when `parallel`
+      and every tool called is `parallel_safe`, otherwise in order), each under
+      `call_timeout` seconds and the `episode_timeout` budget of tool time, and answers with
+      their results in order; malformed attempts get an error result in their slot. The
+      inner env is not stepped; reward is `tool_reward` per successful call plus
+      `error_reward` per failed one. `info["tool_results"]` lists
+      `{"tool_call_id", "name", "content", "is_error"}` for chat-history wrappers.
+    - **step** without a call attempt passes the action (for an OpenAI message, its content)
+      to the inner env.
+    - Every call attempt counts towards `max_tool_uses`. Attempts beyond it are not run:
+      the model is told to give its final answer; after `LIMIT_WARNINGS` such warnings the
+      next over-limit action truncates the episode, so every episode ends.
+
+    `info` always carries `tool_calls` (attempts in this step) and `tool_uses` (so far).
+    `step`/`reset` run on a private event loop kept for the wrapper's life, so tools that
+    hold loop-bound resources work across sync steps; inside a running loop use `astep`.
+    """
+
+    def __init__(
+        self,
+        env: gymnasium.Env,
+        tools: Iterable[Any] = (),
+        *,
+        max_tool_uses: int | None = 10,
+        call_timeout: float | None = 30.0,
+        episode_timeout: float | None = None,
+        parallel: bool = True,
+        tool_reward: float = 0.0,
+        error_reward: float = 0.0,
+        instructions: bool | str = True,
+        formats: Sequence[str] = DEFAULT_FORMATS,
+        max_result_chars: int | None = None,
+        toolsets: Iterable[Any] = (),
+    ):
+        super().__init__(env)
+        bad = [f for f in formats if f not in FORMATS]
+        if bad:
+            raise ToolError(f"unknown call formats {bad}; choose from {list(FORMATS)}")
+        if max_tool_uses is not None and max_tool_uses < 0:
+            raise ToolError(f"max_tool_uses must be >= 0 or None, got {max_tool_uses}")
+        for label, value in (("call_timeout", call_timeout), ("episode_timeout", episode_timeout)):
+            if value is not None and value <= 0:
+                raise ToolError(f"{label} must be a positive number of seconds or None")
+        self.tools: list[Tool] = []
+        self._schema_cache: tuple[tuple[int, ...], list[dict[str, Any]]] | None = None
+        self._by_name: dict[str, Tool] = {}
+        self._add_tools(as_tool(t) for t in tools)
+        self.max_tool_uses = max_tool_uses
+        self.call_timeout = call_timeout
+        self.episode_timeout = episode_timeout
+        self.parallel = parallel
+        self.tool_reward = tool_reward
+        self.error_reward = error_reward
+        self.instructions = instructions
+        self.formats = tuple(formats)
+        self.max_result_chars = max_result_chars
+        self.toolsets = list(toolsets)
+        self._toolsets_loaded = not self.toolsets
+        self._owns_toolsets = True
+        self.tool_uses = 0
+        self.tool_time = 0.0
+        self._warnings = 0
+        self._next_id = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._pending: set[asyncio.Task[Any]] = set()
+
+    # -- tools ---------------------------------------------------------------------------------
+
+    def _add_tools(self, tools: Iterable[Tool]) -> None:
+        for t in tools:
+            if not t.name:
+                raise ToolError(f"{t!r} has no name; set the `name` class attribute")
+            if t.name in self._by_name:
+                raise ToolError(f"two tools are named {t.name!r}; tool names must be unique")
+            self.tools.append(t)
+            self._by_name[t.name] = t
+
+    async def _load_toolsets(self) -> None:
+        if self._toolsets_loaded:
+            return
+        for toolset in self.toolsets:
+            try:
+                found = await toolset.tools()
+            except Exception as e:
+                raise ToolError(f"could not list the tools of {toolset!r}: {e}") from e
+            self._add_tools(as_tool(t) for t in found)
+        self._toolsets_loaded = True
+
+    def schemas(self) -> list[dict[str, Any]]:
+        """The OpenAI function schemas of the tools (built once: pydantic makes them slowly)."""
+        key = tuple(id(t) for t in self.tools)
+        if self._schema_cache is None or self._schema_cache[0] != key:
+            self._schema_cache = (key, [t.openai_schema() for t in self.tools])
+        return copy.deepcopy(self._schema_cache[1])
+
+    def instructions_text(self) -> str:
+        """The text appended to the first observation: schemas, call format, limits."""
+        schema_block = (
+            "<tools>\n"
+            + "\n".join(json.dumps(s, ensure_ascii=False) for s in self.schemas())
+            + "\n</tools>"
+        )
+        if isinstance(self.instructions, str):
+            return self.instructions.replace("{tools}", schema_block)
+        ways = []
+        if "hermes" in self.formats:
+            ways.append(
+                '<tool_call>{"name": "<tool name>", "arguments": {<arguments as JSON>}}</tool_call>'
+            )
+        if "tag" in self.formats:
+            ways += [f"<{t.name}>...</{t.name}>" for t in self.tools if tag_field(t)]
+        if "fence" in self.formats and "python" in self._by_name:
+            ways.append("a ```python code block (runs the python tool)")
+        lines = [
+            "# Tools",
+            "",
+            "You may call the tools below before you answer. Their function schemas:",
+            schema_block,
+            "",
+        ]
+        if ways:
+            lines.append("To call a tool, write" + (" one of:" if len(ways) > 1 else ":"))
+            lines += [f"- {w}" for w in ways]
+        lines.append(
+            "You may make several calls in one message; their results come back, in order, "
+            "in the next message."
+        )
+        if self.max_tool_uses is not None:
+            lines.append(f"You can make at most {self.max_tool_uses} tool calls in all.")
+        lines.append("When you are ready, give your final answer without calling a tool.")
+        return "\n".join(lines)
+
+    # -- the episode -------------------------------------------------------------------------
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
+        """Reset the env and every tool; add the tool instructions to the first observation."""
+        await self._load_toolsets()
+        obs, info = await self.env.areset(seed=seed, options=options)
+        for t in self.tools:
+            try:
+                await t.reset()
+            except Exception as e:
+                raise ToolError(f"tool {t.name!r} failed to reset: {type(e).__name__}: {e}") from e
+        self.tool_uses = 0
+        self.tool_time = 0.0
+        self._warnings = 0
+        self._next_id = 0
+        if self.instructions and isinstance(obs, str):
+            obs = f"{obs}\n\n{self.instructions_text()}"
+        info = {**info, "tools": self.schemas(), "tool_uses": 0}
+        return obs, info
+
+    async def astep(self, action: Any) -> StepResult:
+        """Run the tool calls in `action`, or pass a final answer to the inner env."""
+        parsed = parse_action(action, self._by_name, self.formats)
+        if not parsed.has_calls:
+            obs, reward, terminated, truncated, info = await self.env.astep(parsed.answer or "")
+            info = {**info, "tool_calls": 0, "tool_uses": self.tool_uses}
+            return obs, reward, terminated, truncated, info
+        return await self._run(parsed.items)
+
+    async def _run(self, items: list[ToolCall | ParseError]) -> StepResult:
+        results: list[ToolResult | None] = [None] * len(items)
+        ids = []
+        for item in items:
+            ids.append(item.id or f"call_{self._next_id}")
+            self._next_id += 1
+        runnable: list[int] = []
+        refused = 0
+        for i, item in enumerate(items):
+            if self.max_tool_uses is not None and self.tool_uses >= self.max_tool_uses:
+                refused += 1
+                results[i] = ToolResult(
+                    f"Not run: you have used all {self.max_tool_uses} tool calls. "
+                    "Give your final answer now, without calling a tool.",
+                    is_error=True,
+                    metadata={"refused": True},
+                )
+                continue
+            self.tool_uses += 1
+            if isinstance(item, ParseError):
+                results[i] = ToolResult(
+                    f"Error: {item.message}", is_error=True, metadata={"kind": item.kind}
+                )
+            else:
+                runnable.append(i)
+        calls = [items[i] for i in runnable]
+        for i, result in zip(runnable, await self._call_all(calls), strict=True):  # type: ignore[arg-type]
+            results[i] = result
+        truncated = False
+        if refused:
+            self._warnings += 1
+            truncated = self._warnings > LIMIT_WARNINGS
+        done = [r for r in results if r is not None]
+        errors = sum(r.is_error for r in done)
+        reward = self.tool_reward * (len(done) - errors) + self.error_reward * errors
+        obs = self._render(items, ids, done, truncated)
+        info = {
+            "tool_calls": len(items),
+            "tool_uses": self.tool_uses,
+            "tool_errors": errors,
+            "tool_results": [
+                {
+                    "tool_call_id": ids[k],
+                    "name": item.name or "",
+                    "content": result.text,
+                    "is_error": result.is_error,
+                }
+                for k, (item, result) in enumerate(zip(items, done, strict=True))
+            ],
+            "parsed_calls": [
+                {
+                    "id": ids[k],
+                    "name": item.name or "",
+                    "arguments": item.arguments if isinstance(item, ToolCall) else None,
+                    "format": item.format,
+                }
+                for k, item in enumerate(items)
+            ],
+        }
+        if truncated:
+            info["tool_limit_exceeded"] = True
+        return obs, float(reward), False, truncated, info
+
+    async def _call_all(self, calls: list[ToolCall]) -> list[ToolResult]:
+        if not calls:
+            return []
+        concurrent = (
+            self.parallel
+            and len(calls) > 1
+            and all(getattr(self._by_name[c.name], "parallel_safe", False) for c in calls)
+        )
+        if concurrent:
+            start = time.monotonic()
+            results = await asyncio.gather(*(self._call(c) for c in calls))
+            self.tool_time += time.monotonic() - start
+            return list(results)
+        out = []
+        for c in calls:
+            start = time.monotonic()
+            out.append(await self._call(c))
+            self.tool_time += time.monotonic() - start
+        return out
+
+    async def _call(self, call: ToolCall) -> ToolResult:
+        t = self._by_name[call.name]
+        timeout, limit = self.call_timeout, "call_timeout"
+        if self.episode_timeout is not None:
+            left = self.episode_timeout - self.tool_time
+            if left <= 0:
+                return ToolResult(
+                    f"Not run: the episode's tool time ({self.episode_timeout:g} s) is used up. "
+                    "Give your final answer now.",
+                    is_error=True,
+                    metadata={"timeout": True},
+                )
+            if timeout is None or left < timeout:
+                timeout, limit = left, "episode_timeout"
+        args = call.args if call.args is not None else t.Args.model_validate(call.arguments)
+        try:
+            result = await asyncio.wait_for(t.call(args), timeout)
+        except asyncio.TimeoutError:
+            return ToolResult(
+                f"Error: {call.name} timed out after {timeout:.3g} s ({limit}) and was stopped.",
+                is_error=True,
+                metadata={"timeout": True},
+            )
+        except Exception as e:  # a broken tool is the model's observation, never a crash
+            log.debug("tool %s raised", call.name, exc_info=True)
+            return ToolResult(
+                f"Error: {call.name} failed: {type(e).__name__}: {e}",
+                is_error=True,
+                metadata={"exception": type(e).__name__},
+            )
+        result = result_to_text(result)
+        if self.max_result_chars is not None and len(result.text) > self.max_result_chars:
+            cut = len(result.text) - self.max_result_chars
+            result = ToolResult(
+                result.text[: self.max_result_chars] + f"\n[... {cut} more characters cut]",
+                result.is_error,
+                {**result.metadata, "cut": cut},
+            )
+        return result
+
+    def _render(
+        self,
+        items: list[ToolCall | ParseError],
+        ids: list[str],
+        results: list[ToolResult],
+        truncated: bool,
+    ) -> str:
+        n = len(items)
+        blocks = []
+        for k, (item, result) in enumerate(zip(items, results, strict=True)):
+            label = "error" if result.is_error else "result"
+            where = f" {k + 1}/{n}" if n > 1 else ""
+            name = item.name or "unparsed call"
+            blocks.append(f"[tool {label}{where}: {name} (id {ids[k]})]\n{result.text}")
+        if truncated:
+            blocks.append(
+                "The tool-call limit was exceeded again after a warning: the episode is over."
+            )
+        elif (
+            self.max_tool_uses is not None
+            and self.tool_uses >= self.max_tool_uses
+            and not any(r.metadata.get("refused") for r in results)
+        ):
+            blocks.append(
+                f"You have used all {self.max_tool_uses} tool calls: give your final answer "
+                "now, without calling a tool."
+            )
+        return "\n\n".join(blocks)
+
+    # -- sync twins, lifecycle -------------------------------------------------------------
+
+    def _run_sync(self, coro: Awaitable[T], what: str) -> T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            if hasattr(coro, "close"):
+                coro.close()
+            raise GemkitError(
+                f"ToolEnvWrapper.{what}() was called inside a running event loop; "
+                f"use `await env.a{what}(...)` there"
+            )
+        if self._loop is None or self._loop.is_closed():
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(coro)
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
+        """Blocking `areset` (not inside a running event loop)."""
+        return self._run_sync(self.areset(seed=seed, options=options), "reset")
+
+    def step(self, action: Any) -> StepResult:
+        """Blocking `astep` (not inside a running event loop)."""
+        return self._run_sync(self.astep(action), "step")
+
+    def runs_sync(self) -> bool:
+        """False: tool calls await real I/O, so vectors must use the event loop."""
+        return False
+
+    async def aclose(self) -> None:
+        """Close every tool (and owned toolsets), then the inner env."""
+        for t in self.tools:
+            try:
+                await t.close()
+            except Exception as e:  # closing must go on for the other tools
+                log.warning("closing tool %r failed: %s", getattr(t, "name", t), e)
+        if self._owns_toolsets:
+            for toolset in self.toolsets:
+                closer = getattr(toolset, "close", None)
+                if closer is not None:
+                    try:
+                        result = closer()
+                        if asyncio.iscoroutine(result):
+                            await result
+                    except Exception as e:
+                        log.warning("closing toolset %r failed: %s", toolset, e)
+        self.env.close()
+
+    def close(self) -> None:
+        """Close the tools and the env; inside a running loop, as far as possible right now.
+
+        In a running loop the closing starts at once and runs up to its first real wait (all
+        of it, for tools whose `close` does not wait); the rest is a task on that loop.
+        `await env.aclose()` waits for all of it.
+        """
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None:
+            task = _start_eagerly(self.aclose(), loop)
+            if task is not None:
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
+            return
+        own = self._loop if self._loop is not None and not self._loop.is_closed() else None
+        runner = own or asyncio.new_event_loop()
+        try:
+            runner.run_until_complete(self.aclose())
+        finally:
+            runner.close()
+            self._loop = None
+
+    def clone(self) -> ToolEnvWrapper:
+        """A copy with a cloned inner env, the same counters, and fresh copies of the tools.
+
+        Tools that hold live resources (a Python process, an MCP session) cannot be deep-copied:
+        each tool's `clone()` gives the copy an unstarted tool, so per-episode tool state (say,
+        variables of a Python session) is not carried over. Toolsets (MCP connections) are
+        shared with the original, which alone closes them. Deep-copying the wrapper (as the
+        wrappers above it do in their `clone`) calls this.
+        """
+        new = copy.copy(self)
+        new.env = self.env.clone()
+        new.tools, new._by_name = [], {}
+        new._add_tools(clone_tool(t) for t in self.tools)
+        new.toolsets = list(self.toolsets)
+        new._owns_toolsets = False
+        new._loop = None
+        new._pending = set()
+        return new
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ToolEnvWrapper:
+        # wrappers stacked above clone by deep-copying the stack: give them `clone` semantics
+        return self.clone()
+
+
+def _start_eagerly(coro: Coroutine[Any, Any, None], loop: asyncio.AbstractEventLoop) -> Any:
+    """Run `coro` up to its first suspension now; return a task finishing it, or None if done.
+
+    A task created by a sync `close()` inside `asyncio.run` would be cancelled before its
+    first step when the caller returns right after; stepping the coroutine here first means
+    tools whose close does not wait (most of them) are closed whatever happens next.
+    """
+    try:
+        waiting_on = coro.send(None)
+    except StopIteration:
+        return None
+    except Exception as e:
+        log.warning("closing tools failed: %s: %s", type(e).__name__, e)
+        return None
+    return loop.create_task(_resume(coro, waiting_on))
+
+
+async def _resume(coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
+    # what asyncio's Task does for a coroutine: wait for the future it yielded, then resume it
+    while True:
+        try:
+            if asyncio.isfuture(waiting_on):
+                await asyncio.wait([waiting_on])
+            else:  # a bare yield (asyncio.sleep(0))
+                await asyncio.sleep(0)
+        except asyncio.CancelledError:
+            coro.close()
+            raise
+        try:
+            waiting_on = coro.send(None)
+        except StopIteration:
+            return
+
+
+def wrap_with_tools(
+    env: gymnasium.Env, tools: Iterable[Any] = (), mcp: Any = None, **kwargs: Any
+) -> ToolEnvWrapper:
+    """Wrap `env` in a `ToolEnvWrapper` with `tools` (objects, functions, names) and an MCP server.
+
+    `mcp` is an MCP server command (string or argv list) or URL, or a list of them; its tools
+    are listed at the first reset.
+    """
+    toolsets = []
+    if mcp:
+        try:
+            from gemkit.tools.mcp import MCPToolset
+        except ImportError as e:
+            raise ToolError(
+                f"MCP tools need the `mcp` extra (pip install 'gemkit[mcp]'): {e}"
+            ) from e
+        specs = (
+            mcp
+            if isinstance(mcp, list) and mcp and not all(isinstance(x, str) for x in mcp)
+            else [mcp]
+        )
+        for spec in specs:
+            toolsets.append(spec if hasattr(spec, "tools") else MCPToolset.from_spec(spec))
+    return ToolEnvWrapper(env, tools, toolsets=toolsets, **kwargs)
