@@ -84,10 +84,9 @@ class GuessTheNumberExpert(SyncPolicy):
 
     def choose(self, observation: str) -> str:
         """Narrow the interval by the last feedback and guess its middle."""
-        m = None
-        for m in FEEDBACK_RE.finditer(observation):
-            pass
-        if m is not None:
+        matches = FEEDBACK_RE.findall(observation)
+        if matches:
+            m = matches[-1]
             guess, side = int(m[1]), m[2]
             if side == "low":
                 self.lo = max(self.lo, guess + 1)
