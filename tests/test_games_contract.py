@@ -63,7 +63,8 @@ def test_same_seed_same_episode(env_id):
     sampler = gemkit.make(env_id).unwrapped.random_action
     actions = [sampler(rng) for _ in range(15)]
     assert play(env_id, 7, actions) == play(env_id, 7, actions)
-    first = {gemkit.make(env_id).reset(seed=s)[0] for s in range(8)}
+    # hidden-information games may open identically: compare short trajectories instead
+    first = {str(play(env_id, s, actions[:3])) for s in range(8)}
     assert len(first) > 1, "different seeds should give different games"
 
 

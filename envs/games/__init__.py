@@ -35,7 +35,7 @@ GAMES: dict[str, tuple[str, str, tuple[str, ...], dict[str, dict[str, Any]]]] = 
         "Reveal every safe cell of a grid without hitting a mine.",
         ("deduction", "grid"),
         {
-            "easy": {"rows": 5, "cols": 5, "mines": 3, "max_turns": 40},
+            "easy": {"rows": 6, "cols": 6, "mines": 4, "max_turns": 40},
             "hard": {"rows": 8, "cols": 8, "mines": 10, "max_turns": 100},
         },
     ),
@@ -53,7 +53,7 @@ GAMES: dict[str, tuple[str, str, tuple[str, ...], dict[str, dict[str, Any]]]] = 
         "Guess a hidden word letter by letter before the gallows is complete.",
         ("words", "single-player"),
         {
-            "easy": {"min_length": 4, "max_length": 6, "max_misses": 8, "max_turns": 30},
+            "easy": {"min_length": 4, "max_length": 6, "max_misses": 10, "max_turns": 30},
             "hard": {"min_length": 7, "max_length": 12, "max_misses": 5, "max_turns": 30},
         },
     ),
@@ -114,15 +114,11 @@ GAMES: dict[str, tuple[str, str, tuple[str, ...], dict[str, dict[str, Any]]]] = 
 }
 
 
-def _class_name(name: str) -> str:
-    return name
-
-
 for _name, (_module, _desc, _tags, _levels) in GAMES.items():
     for _level, _kwargs in _levels.items():
         register(
             f"game:{_name}-v0-{_level}",
-            f"gemkit.envs.games.{_module}:{_class_name(_name)}",
+            f"gemkit.envs.games.{_module}:{_name}",
             kwargs=_kwargs,
             description=_desc,
             tags=("game", _level, *_tags),

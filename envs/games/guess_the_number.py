@@ -86,8 +86,7 @@ class GuessTheNumberExpert(SyncPolicy):
         """Narrow the interval by the last feedback and guess its middle."""
         matches = FEEDBACK_RE.findall(observation)
         if matches:
-            m = matches[-1]
-            guess, side = int(m[1]), m[2]
+            guess, side = int(matches[-1][0]), matches[-1][1]
             if side == "low":
                 self.lo = max(self.lo, guess + 1)
             else:
