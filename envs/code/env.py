@@ -1,0 +1,318 @@
+"""Code tasks: write a Python program; it runs in the sandbox against the task's tests.
+
+A problem is `{"question": str, "tests": [...]}` where each test is either a Python statement
+(usually an `assert`) run after the solution, or `{"input": str, "output": str}`: the program
+reads the input on stdin and must print the output. Reward is the fraction of tests passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gemkit.core import Env, ResetResult, StepResult
+from gemkit.errors import GemkitError
+from gemkit.parsing import extract_boxed
+from gemkit.policy import SyncPolicy
+from gemkit.sandbox import ExecResult, shared_sandbox
+
+BUILTIN_PATH = Path(__file__).with_name("data") / "builtin.jsonl"
+FORMAT = "a ```python code block holding your complete solution"
+_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+
+
+class CodeTaskError(GemkitError):
+    """A problem file or record that does not follow `{question, tests}`."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One task: the statement, its tests, and an optional id."""
+
+    question: str
+    tests: tuple[Any, ...]
+    id: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def io_style(self) -> bool:
+        """True when the tests are stdin/stdout pairs (else they are statements)."""
+        return isinstance(self.tests[0], dict)
+
+
+def parse_problem(record: Any, where: str = "record") -> Problem:
+    """Validate one `{question, tests}` record; raise `CodeTaskError` saying what is wrong."""
+    expected = (
+        'expected {"question": str, "tests": ["assert f(1) == 2", ...]} or tests as '
+        '[{"input": "1 2\\n", "output": "3\\n"}, ...]'
+    )
+    if not isinstance(record, dict):
+        raise CodeTaskError(f"{where}: not a JSON object; {expected}")
+    question, tests = record.get("question"), record.get("tests")
+    if not isinstance(question, str) or not question.strip():
+        raise CodeTaskError(f"{where}: 'question' must be a non-empty string; {expected}")
+    if not isinstance(tests, list) or not tests:
+        raise CodeTaskError(f"{where}: 'tests' must be a non-empty list; {expected}")
+    if all(isinstance(t, str) for t in tests):
+        pass
+    elif all(
+        isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str)
+        for t in tests
+    ):
+        tests = [{"input": t["input"], "output": t["output"]} for t in tests]
+    else:
+        raise CodeTaskError(
+            f"{where}: every test must be a statement string, or every test an "
+            f"{{'input': str, 'output': str}} pair (not a mix); {expected}"
+        )
+    meta = {k: v for k, v in record.items() if k not in ("question", "tests", "id")}
+    return Problem(question=question, tests=tuple(tests), id=str(record.get("id", "")), meta=meta)
+
+
+def load_problems(path: str | Path) -> list[Problem]:
+    """Read a JSONL file of `{question, tests}` records."""
+    p = Path(path)
+    if not p.is_file():
+        raise CodeTaskError(f"no problem file at {str(p)!r}; pass path= a JSONL of problems")
+    problems = []
+    with p.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CodeTaskError(f"{p}:{n}: not valid JSON ({e.msg})") from e
+            problems.append(parse_problem(record, f"{p}:{n}"))
+    if not problems:
+        raise CodeTaskError(f"{p} holds no problems")
+    return problems
+
+
+def extract_code(text: str) -> str | None:
+    """The last fenced code block (a ```python one if any), else the last `\\boxed{}`."""
+    blocks = _FENCE_RE.findall(text)
+    python = [body for lang, body in blocks if lang.lower() in ("python", "py", "python3")]
+    chosen = python or [body for lang, body in blocks if not lang]
+    if chosen and chosen[-1].strip():
+        return chosen[-1]
+    boxed = extract_boxed(text)
+    return boxed if boxed else None
+
+
+def normalize_output(text: str) -> str:
+    """Compare printed output modulo trailing spaces and trailing blank lines."""
+    return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()).rstrip()
+
+
+def _test_failure(test: Any, result: ExecResult) -> str | None:
+    """None if the test passed, else a short description of the failure."""
+    if isinstance(test, dict):
+        if not result.ok:
+            return result.exception or f"exit status {result.exit_code}"
+        if normalize_output(result.stdout) != normalize_output(test["output"]):
+            return (
+                f"input {test['input']!r}: expected output {test['output']!r}, "
+                f"got {result.stdout[:200]!r}"
+            )
+        return None
+    if result.finished:
+        return None
+    if result.ok:  # exit status 0, but the test never ran: the code exited before it
+        return f"{test}: the code exited before the test ran (sys.exit or os._exit)"
+    return f"{test}: {result.exception or f'exit status {result.exit_code}'}"
+
+
+class CodeEnv(Env):
+    """Single-turn (by default) Python programming tasks checked by tests in a sandbox.
+
+    `max_attempts` > 1 turns it multi-turn: a failed attempt gets the failing test as
+    feedback and the episode goes on until success or the last attempt.
+    """
+
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        problems: list[dict[str, Any]] | None = None,
+        timeout: float = 5.0,
+        memory_mb: int = 512,
+        max_attempts: int = 1,
+        backend: str = "auto",
+    ):
+        if problems is not None:
+            self.problems = [parse_problem(r, f"problems[{i}]") for i, r in enumerate(problems)]
+        elif path is not None:
+            self.problems = load_problems(path)
+        else:
+            raise CodeTaskError(
+                "no problems given: pass path='tasks.jsonl' (records of {question, tests}) "
+                "or problems=[...], or use code:Builtin-v0"
+            )
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.timeout = float(timeout)
+        self.max_attempts = max_attempts
+        self._sandbox_options = {
+            "backend": backend,
+            "timeout": self.timeout,
+            "memory_mb": memory_mb,
+            "max_output": 10_000,
+        }
+        self.problem: Problem | None = None
+        self.attempts = 0
+        self.done = False
+
+    # -- episode ------------------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
+        """Pick a problem (`options={"index": i}` for a given one) and show it."""
+        super().reset(seed=seed)
+        index = (options or {}).get("index")
+        if index is None:
+            index = int(self.np_random.integers(len(self.problems)))
+        elif not 0 <= int(index) < len(self.problems):
+            raise ValueError(f"index must be in [0, {len(self.problems)}), got {index}")
+        self.problem = self.problems[int(index)]
+        self.attempts = 0
+        self.done = False
+        return self._prompt(self.problem), {"index": int(index), "id": self.problem.id}
+
+    def _prompt(self, problem: Problem) -> str:
+        if problem.io_style:
+            how = (
+                "Your program reads the input from standard input and prints the answer to "
+                "standard output."
+            )
+        else:
+            how = f"Your code is checked with tests such as:\n{problem.tests[0]}"
+        return (
+            f"{problem.question.strip()}\n\n{how}\n\nAnswer with {FORMAT}, e.g.\n"
+            "```python\n...\n```"
+        )
+
+    def _check_action(self, action: Any) -> tuple[str | None, StepResult | None]:
+        if self.problem is None:
+            return None, ("Call reset() before step().", 0.0, True, False, {"invalid": True})
+        if self.done:
+            return None, (
+                "The episode is over; call reset() to start a new one.",
+                0.0,
+                True,
+                False,
+                {"success": False, "invalid": True},
+            )
+        code = extract_code(action) if isinstance(action, str) else None
+        if code is None:
+            self.attempts += 1
+            last = self.attempts >= self.max_attempts
+            self.done = last
+            obs = f"No code found. Answer with {FORMAT}:\n```python\n# your solution\n```"
+            info = {"invalid": True, "passed": 0, "total": len(self.problem.tests)}
+            if last:
+                info["success"] = False
+            return None, (obs, 0.0, last, False, info)
+        return code, None
+
+    def _programs(self, code: str) -> list[tuple[str, str | None]]:
+        assert self.problem is not None
+        if self.problem.io_style:
+            return [(code, t["input"]) for t in self.problem.tests]
+        return [(f"{code}\n\n{test}\n", None) for test in self.problem.tests]
+
+    def _score(self, results: list[ExecResult]) -> StepResult:
+        assert self.problem is not None
+        self.attempts += 1
+        failures = [_test_failure(t, r) for t, r in zip(self.problem.tests, results, strict=True)]
+        total = len(failures)
+        passed = sum(f is None for f in failures)
+        success = passed == total
+        last = success or self.attempts >= self.max_attempts
+        self.done = last
+        first = next((f for f in failures if f is not None), None)
+        info: dict[str, Any] = {"passed": passed, "total": total, "attempt": self.attempts}
+        if first is not None:
+            info["error"] = first
+        if last:
+            info["success"] = success
+        if success:
+            obs = f"All {total} tests passed."
+        else:
+            obs = f"{passed}/{total} tests passed. First failure: {first}"
+            if not last:
+                obs += f"\n\nFix the code and answer again with {FORMAT}."
+        return obs, passed / total, last, False, info
+
+    def step(self, action: str) -> StepResult:
+        """Run the code in `action` against every test; reward = fraction passed."""
+        code, early = self._check_action(action)
+        if early is not None:
+            return early
+        assert code is not None
+        sb = shared_sandbox(**self._sandbox_options)
+        runs = self._programs(code)
+        results = list(sb._executor.map(lambda prog: sb.run_sync(prog[0], stdin=prog[1]), runs))
+        return self._score(results)
+
+    async def astep(self, action: str) -> StepResult:
+        """Async twin of `step`: the tests run concurrently on the sandbox pool."""
+        code, early = self._check_action(action)
+        if early is not None:
+            return early
+        assert code is not None
+        sb = shared_sandbox(**self._sandbox_options)
+        results = await asyncio.gather(
+            *(sb.run(prog, stdin=stdin) for prog, stdin in self._programs(code))
+        )
+        return self._score(list(results))
+
+    def render(self) -> str | None:
+        """The current problem statement."""
+        return None if self.problem is None else self.problem.question
+
+
+class BuiltinCodeEnv(CodeEnv):
+    """The built-in set of small programming problems (`code:Builtin-v0`)."""
+
+    def __init__(self, **kwargs: Any):
+        kwargs.pop("path", None)
+        super().__init__(BUILTIN_PATH, **kwargs)
+
+
+class JsonlCodeEnv(CodeEnv):
+    """Problems from any JSONL of `{question, tests}` records (`code:Jsonl-v0`, `path=`)."""
+
+    def __init__(self, path: str | Path | None = None, **kwargs: Any):
+        if path is None and kwargs.get("problems") is None:
+            raise CodeTaskError(
+                "code:Jsonl-v0 needs path=: gemkit.make('code:Jsonl-v0', path='tasks.jsonl'), "
+                'one {"question": ..., "tests": [...]} record per line'
+            )
+        super().__init__(path, **kwargs)
+
+
+class CodeExpert(SyncPolicy):
+    """Answers with the reference `solution` stored in the problem records (when they have one)."""
+
+    def __init__(self, path: str | Path | None = None, **kwargs: Any):
+        problems = kwargs.get("problems")
+        if problems is not None:
+            records = [parse_problem(r) for r in problems]
+        else:
+            records = load_problems(path if path is not None else BUILTIN_PATH)
+        self.solutions = {
+            p.question.strip(): p.meta["solution"] for p in records if "solution" in p.meta
+        }
+
+    def choose(self, observation: str) -> str:
+        """The reference solution of the problem shown, in a fenced block."""
+        for question, solution in self.solutions.items():
+            if question in observation:
+                return f"```python\n{solution}```"
+        return "```python\nprint('no reference solution for this problem')\n```"

@@ -1,0 +1,669 @@
+"""Run untrusted Python: a pool of warm sandboxed workers, stateless calls and stateful sessions.
+
+`Sandbox.run(code)` takes an idle worker from the pool (starting one if needed), sends the code,
+and returns an `ExecResult`. A worker that breaks a limit, times out past its grace, or dies is
+killed and replaced; the next call never sees it. Blocking pipe I/O runs on a private thread
+pool, so the API works from any event loop (and `run_sync` from none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import base64
+import logging
+import math
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from gemkit.errors import GemkitError
+from gemkit.sandbox import backends
+from gemkit.sandbox.worker import HEADER, encode_frame
+
+log = logging.getLogger(__name__)
+
+#: seconds the host waits beyond a call's timeout before it kills the whole sandbox
+GRACE = 3.0
+STARTUP_TIMEOUT = 30.0
+#: the long-lived threads every sandbox process is started from (see `Sandbox._spawn`)
+_SPAWNERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="gemkit-sandbox-spawn")
+#: a stateless worker is replaced after this many calls (defence in depth; calls are isolated)
+RECYCLE_AFTER = 1000
+MAX_REPLY = 64 * 1024 * 1024
+
+
+class SandboxError(GemkitError):
+    """A sandbox used wrongly (bad argument, closed sandbox)."""
+
+
+@dataclass
+class ExecResult:
+    """What one piece of code did.
+
+    `limit_hit` names the limit that stopped it: `wall`, `cpu`, `memory`, `file_size`,
+    `killed` (died by a signal), `exited` (a session's process exited, say by `os._exit`),
+    `crashed` (the sandbox itself died), or None. `finished` is
+    True only when the code ran to its last line: no exception, no `sys.exit`, no `os._exit`
+    (checkers that run tests after the code need it: an early exit 0 skips the tests).
+    """
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    timed_out: bool = False
+    limit_hit: str | None = None
+    duration: float = 0.0
+    exception: str | None = None
+    stdout_bytes: int = 0
+    stderr_bytes: int = 0
+    session_lost: bool = False
+    finished: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when the code ran to the end without an exception or a limit."""
+        return self.exit_code == 0 and not self.timed_out and self.limit_hit is None
+
+
+def truncation_marker(total: int, shown: int) -> str:
+    """The line appended to output cut at the limit."""
+    return f"\n[... output truncated: {total} bytes total, showing first {shown} ...]"
+
+
+def _with_marker(text: str, total: int, limit: int) -> str:
+    if total > limit:
+        return text + truncation_marker(total, limit)
+    return text
+
+
+class _WorkerDied(Exception):
+    pass
+
+
+class _Worker:
+    """One sandboxed supervisor process and its protocol pipes (host side)."""
+
+    def __init__(self, spec: backends.LaunchSpec):
+        self.spec = spec
+        self.calls = 0
+        self._err = tempfile.TemporaryFile()
+        env = spec.env or {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        self.proc = subprocess.Popen(
+            spec.argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            cwd=spec.cwd,
+            env=env,
+            start_new_session=True,
+            bufsize=0,
+        )
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self._wfd = self.proc.stdin.fileno()
+        self._rfd = self.proc.stdout.fileno()
+        try:
+            hello = self._read_frame(time.monotonic() + STARTUP_TIMEOUT)
+        except _WorkerDied as e:
+            self.kill()
+            raise backends.SandboxUnavailableError(
+                f"the sandbox failed to start: {e}. {self.stderr_tail()}"
+            ) from e
+        if not hello.get("ready"):
+            self.kill()
+            raise backends.SandboxUnavailableError(f"the sandbox failed to start: {hello}")
+
+    def stderr_tail(self) -> str:
+        """The last lines the sandbox wrote on its stderr (for diagnostics)."""
+        try:
+            self._err.seek(0)
+            text = self._err.read()[-2000:].decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            return ""
+        return text
+
+    def request(self, msg: dict, timeout: float) -> dict:
+        """Send one request and wait for its reply; raise `_WorkerDied` on any failure."""
+        deadline = time.monotonic() + timeout
+        data = encode_frame(msg)
+        view = memoryview(data)
+        try:
+            while view:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _WorkerDied("timed out sending the request")
+                _, w, _ = select.select([], [self._wfd], [], left)
+                if w:
+                    n = os.write(self._wfd, view[: 1 << 20])
+                    view = view[n:]
+        except OSError as e:
+            raise _WorkerDied(f"the sandbox closed its input ({e})") from e
+        self.calls += 1
+        return self._read_frame(deadline)
+
+    def _read_exact(self, n: int, deadline: float) -> bytes:
+        chunks = []
+        while n > 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _WorkerDied("timed out")
+            r, _, _ = select.select([self._rfd], [], [], left)
+            if not r:
+                continue
+            try:
+                chunk = os.read(self._rfd, min(n, 1 << 20))
+            except OSError as e:
+                raise _WorkerDied(str(e)) from e
+            if not chunk:
+                raise _WorkerDied("the sandbox exited")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def _read_frame(self, deadline: float) -> dict:
+        import json
+
+        (n,) = HEADER.unpack(self._read_exact(HEADER.size, deadline))
+        if n > MAX_REPLY:
+            raise _WorkerDied(f"reply of {n} bytes is too large")
+        try:
+            reply = json.loads(self._read_exact(n, deadline))
+        except ValueError as e:
+            raise _WorkerDied(f"unreadable reply ({e})") from e
+        if not isinstance(reply, dict):
+            raise _WorkerDied("unreadable reply")
+        return reply
+
+    def kill(self) -> None:
+        """Kill the sandbox and everything in it."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            log.warning("sandbox process %d did not exit after SIGKILL", self.proc.pid)
+        for f in (self.proc.stdin, self.proc.stdout, self._err):
+            try:
+                f.close()  # type: ignore[union-attr]
+            except (OSError, AttributeError):
+                pass
+        for path in self.spec.cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+class Sandbox:
+    """Runs untrusted Python in isolated, resource-limited, warm worker processes.
+
+    Limits (per call): `timeout` seconds of wall time (CPU time is capped at the same),
+    `memory_mb` of address space, `max_output` bytes kept of each of stdout and stderr,
+    `file_size_mb` per written file, `max_processes` processes, `max_open_files` descriptors,
+    and `disk_mb` of scratch space. `backend` is `auto` (bubblewrap, else unshare),
+    `bwrap`, `unshare`, or `unsafe-local` (no isolation: only for code you trust).
+    """
+
+    def __init__(
+        self,
+        *,
+        backend: str = "auto",
+        timeout: float = 10.0,
+        memory_mb: int = 512,
+        max_output: int = 10_000,
+        file_size_mb: int = 16,
+        max_processes: int = 32,
+        max_open_files: int = 256,
+        disk_mb: int = 64,
+        workers: int = 8,
+        python: str | None = None,
+        ro_paths: tuple[str, ...] = (),
+    ):
+        if timeout <= 0 or memory_mb <= 0 or max_output < 0 or workers < 1:
+            raise SandboxError(
+                "timeout and memory_mb must be > 0, max_output >= 0 and workers >= 1; got "
+                f"timeout={timeout}, memory_mb={memory_mb}, max_output={max_output}, "
+                f"workers={workers}"
+            )
+        self.python = python or sys.executable
+        self.backend = backends.choose_backend(backend, self.python)
+        if self.backend == "unsafe-local":
+            log.warning("sandbox backend 'unsafe-local': code runs unisolated on this host")
+        self.timeout = float(timeout)
+        self.memory_mb = int(memory_mb)
+        self.max_output = int(max_output)
+        self.file_size_mb = int(file_size_mb)
+        self.max_processes = int(max_processes)
+        self.max_open_files = int(max_open_files)
+        self.disk_mb = int(disk_mb)
+        self.ro_paths = list(ro_paths)
+        if self.backend != "unsafe-local":
+            backends.shared_paths(self.python, self.ro_paths)  # refuses paths it would hide
+        self.max_workers = int(workers)
+        self._idle: list[_Worker] = []
+        self._count = 0
+        self._cond = threading.Condition()
+        self._closed = False
+        self._starting = False
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.max_workers + 2, thread_name_prefix="gemkit-sandbox"
+        )
+        _LIVE.add(self)
+
+    # -- workers -------------------------------------------------------------------------------
+
+    def _spawn(self) -> _Worker:
+        # bubblewrap's --die-with-parent fires when the *thread* that started it exits, so
+        # sandboxes are started only from threads that live as long as the process
+        return _SPAWNERS.submit(self._spawn_here).result()
+
+    def _spawn_here(self) -> _Worker:
+        config: dict[str, Any] = {}
+        if self.backend == "bwrap":
+            spec = backends.bwrap_command(
+                self.python, config, disk_mb=self.disk_mb, ro_paths=self.ro_paths
+            )
+        elif self.backend == "unshare":
+            spec = backends.unshare_command(
+                self.python, config, disk_mb=self.disk_mb, ro_paths=self.ro_paths
+            )
+        else:
+            workdir = tempfile.mkdtemp(prefix="gemkit-sandbox-")
+            spec = backends.unsafe_local_command(self.python, config, workdir=workdir)
+        return _Worker(spec)
+
+    def _acquire(self) -> _Worker:
+        spare = False
+        with self._cond:
+            while True:
+                if self._closed:
+                    raise SandboxError("this sandbox is closed; create a new Sandbox")
+                if self._idle:
+                    # least recently used first: it has long finished forking its next child
+                    worker = self._idle.pop(0)
+                    spare = self._reserve_spare()
+                    break
+                if self._count < self.max_workers:
+                    self._count += 1
+                    worker = None
+                    spare = self._reserve_spare()
+                    break
+                self._cond.wait()
+        if spare:
+            threading.Thread(target=self._start_spare, daemon=True).start()
+        if worker is not None:
+            return worker
+        try:
+            return self._spawn()
+        except BaseException:
+            with self._cond:
+                self._count -= 1
+                self._cond.notify()
+            raise
+
+    def _reserve_spare(self) -> bool:
+        # keep one warm worker idle while the pool may grow: a call then never waits for a
+        # start, and back-to-back calls alternate between workers
+        if self._idle or self._count >= self.max_workers or self._starting:
+            return False
+        self._count += 1
+        self._starting = True
+        return True
+
+    def _start_spare(self) -> None:
+        try:
+            worker = self._spawn()
+        except Exception as e:
+            log.debug("could not start a spare sandbox: %s", e)
+            with self._cond:
+                self._count -= 1
+                self._starting = False
+                self._cond.notify()
+            return
+        with self._cond:
+            self._starting = False
+        self._release(worker, True)
+
+    def _release(self, worker: _Worker, healthy: bool) -> None:
+        with self._cond:
+            if healthy and not self._closed and worker.calls < RECYCLE_AFTER:
+                self._idle.append(worker)
+                self._cond.notify()
+                return
+            self._count -= 1
+            self._cond.notify()
+        worker.kill()
+
+    def warm(self, n: int | None = None) -> None:
+        """Start `n` workers now (default: the pool size) so the first calls skip startup."""
+        n = self.max_workers if n is None else min(n, self.max_workers)
+        started = [self._acquire() for _ in range(n)]
+        for w in started:
+            self._release(w, True)
+
+    # -- running code --------------------------------------------------------------------------
+
+    def _limits(self, memory_mb: int | None = None) -> dict[str, Any]:
+        return {
+            "memory_bytes": (memory_mb or self.memory_mb) * 1024 * 1024,
+            "file_bytes": self.file_size_mb * 1024 * 1024,
+            "nofile": self.max_open_files,
+            # unisolated, the kernel counts every process of this user (or exempts root): a
+            # per-sandbox process limit cannot be expressed there
+            "nproc": None if self.backend == "unsafe-local" else self.max_processes,
+            "max_output": self.max_output,
+        }
+
+    def _request(
+        self,
+        code: str,
+        *,
+        stdin: str | None,
+        timeout: float | None,
+        files: Mapping[str, str | bytes] | None,
+        stateful: bool,
+    ) -> dict[str, Any]:
+        if not isinstance(code, str):
+            raise SandboxError(f"code must be a str, got {type(code).__name__}")
+        t = self.timeout if timeout is None else float(timeout)
+        if t <= 0:
+            raise SandboxError(f"timeout must be > 0 seconds, got {timeout}")
+        return {
+            "op": "exec",
+            "code": code,
+            "stdin": stdin,
+            "timeout": t,
+            "files": _encode_files(files),
+            "limits": self._limits(),
+            "stateful": stateful,
+        }
+
+    def _exec_on(self, worker: _Worker, req: dict[str, Any]) -> tuple[ExecResult, bool]:
+        """Run a request on a worker; return the result and whether the worker is reusable."""
+        start = time.monotonic()
+        try:
+            reply = worker.request(req, req["timeout"] + GRACE)
+        except _WorkerDied as e:
+            duration = time.monotonic() - start
+            timed_out = duration >= req["timeout"]
+            log.debug(
+                "sandbox worker lost: %s (exit status %s) %s",
+                e,
+                worker.proc.poll(),
+                worker.stderr_tail(),
+            )
+            if timed_out:
+                message = f"TimeoutError: code ran longer than {_fmt_s(req['timeout'])} s"
+            else:
+                message = (
+                    "SandboxError: the sandbox process died while running the code (it was "
+                    "killed or crashed); it has been replaced"
+                )
+            result = ExecResult(
+                stdout="",
+                stderr=message,
+                exit_code=-9,
+                timed_out=timed_out,
+                limit_hit="wall" if timed_out else "crashed",
+                duration=duration,
+                exception=message,
+                session_lost=bool(req.get("stateful")),
+            )
+            return result, False
+        return self._to_result(reply, req["timeout"]), bool(reply.get("clean", True))
+
+    def _to_result(self, reply: dict[str, Any], timeout: float) -> ExecResult:
+        limit = self.max_output
+        stdout = _with_marker(
+            str(reply.get("stdout", "")), int(reply.get("stdout_bytes", 0)), limit
+        )
+        stderr = _with_marker(
+            str(reply.get("stderr", "")), int(reply.get("stderr_bytes", 0)), limit
+        )
+        exc = reply.get("exception") or {}
+        limit_hit = reply.get("limit_hit")
+        exception = exc.get("last_line") or None
+        if reply.get("error"):
+            exception = f"SandboxError: the sandbox could not run the code: {reply['error']}"
+            stderr = exception
+        if limit_hit in ("wall", "cpu"):
+            exception = f"TimeoutError: code ran longer than {_fmt_s(timeout)} s"
+        elif limit_hit == "memory":
+            exception = f"MemoryError: code used more than the {self.memory_mb} MB memory limit"
+        elif limit_hit == "file_size":
+            exception = f"OSError: a file grew past the {self.file_size_mb} MB file-size limit"
+        elif limit_hit == "killed" and not exception:
+            exception = (
+                f"SandboxError: the code was killed by signal {-int(reply.get('exit_code', -9))}"
+            )
+        elif limit_hit == "exited" and not exception:
+            exception = (
+                "SystemExit: the Python process exited during the call "
+                f"(status {reply.get('exit_code')})"
+            )
+        return ExecResult(
+            stdout=stdout,
+            stderr=stderr,
+            exit_code=int(reply.get("exit_code", 0)),
+            timed_out=bool(reply.get("timed_out")),
+            limit_hit=limit_hit,
+            duration=float(reply.get("duration", 0.0)),
+            exception=exception,
+            stdout_bytes=int(reply.get("stdout_bytes", 0)),
+            stderr_bytes=int(reply.get("stderr_bytes", 0)),
+            session_lost=bool(reply.get("session_lost")),
+            finished=bool(reply.get("finished")) and limit_hit is None,
+        )
+
+    def run_sync(
+        self,
+        code: str,
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+    ) -> ExecResult:
+        """Run code in a fresh namespace on a pooled worker (blocking)."""
+        req = self._request(code, stdin=stdin, timeout=timeout, files=files, stateful=False)
+        worker = self._acquire()
+        while worker.proc.poll() is not None:  # died while idle (say, the OOM killer)
+            self._release(worker, False)
+            worker = self._acquire()
+        healthy = False
+        try:
+            result, healthy = self._exec_on(worker, req)
+        finally:
+            self._release(worker, healthy)
+        return result
+
+    async def run(
+        self,
+        code: str,
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+    ) -> ExecResult:
+        """Run code in a fresh namespace on a pooled worker; `stdin` feeds its standard input."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self._executor,
+            lambda: self.run_sync(code, stdin=stdin, timeout=timeout, files=files),
+        )
+
+    def session(self) -> Session:
+        """A stateful session: variables survive between its calls until `reset()`."""
+        return Session(self)
+
+    def close(self) -> None:
+        """Kill every worker; later calls raise `SandboxError`."""
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+            self._cond.notify_all()
+        for w in idle:
+            w.kill()
+        self._executor.shutdown(wait=False)
+
+    async def aclose(self) -> None:
+        """Async twin of `close`."""
+        self.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Sandbox backend={self.backend!r} workers={self._count}/{self.max_workers}>"
+
+
+class Session:
+    """One stateful interpreter session in its own sandbox; `reset()` drops every variable."""
+
+    def __init__(self, sandbox: Sandbox):
+        self.sandbox = sandbox
+        self._worker: _Worker | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def run_sync(
+        self,
+        code: str,
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+    ) -> ExecResult:
+        """Run code in this session's namespace (blocking)."""
+        req = self.sandbox._request(code, stdin=stdin, timeout=timeout, files=files, stateful=True)
+        with self._lock:
+            if self._closed:
+                raise SandboxError("this session is closed; open a new one with Sandbox.session()")
+            if self._worker is not None and self._worker.proc.poll() is not None:
+                self._worker.kill()  # died between calls: its variables are gone
+                self._worker = None
+                lost = True
+            else:
+                lost = False
+            if self._worker is None:
+                self._worker = self.sandbox._spawn()
+            result, healthy = self.sandbox._exec_on(self._worker, req)
+            if not healthy:
+                self._worker.kill()
+                self._worker = None
+            if lost:
+                result.session_lost = True
+            return result
+
+    async def run(
+        self,
+        code: str,
+        *,
+        stdin: str | None = None,
+        timeout: float | None = None,
+        files: Mapping[str, str | bytes] | None = None,
+    ) -> ExecResult:
+        """Run code in this session's namespace."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self.sandbox._executor,
+            lambda: self.run_sync(code, stdin=stdin, timeout=timeout, files=files),
+        )
+
+    def reset_sync(self) -> None:
+        """Drop the session's variables, files and processes (the sandbox stays warm)."""
+        with self._lock:
+            if self._worker is None:
+                return
+            try:
+                reply = self._worker.request({"op": "reset"}, 10.0)
+                clean = bool(reply.get("clean"))
+            except _WorkerDied:
+                clean = False
+            if not clean:
+                self._worker.kill()
+                self._worker = None
+
+    async def reset(self) -> None:
+        """Async twin of `reset_sync`."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self.sandbox._executor, self.reset_sync)
+
+    def close(self) -> None:
+        """Kill this session's sandbox."""
+        with self._lock:
+            self._closed = True
+            if self._worker is not None:
+                self._worker.kill()
+                self._worker = None
+
+    def __del__(self) -> None:
+        worker = getattr(self, "_worker", None)
+        if worker is not None:
+            worker.kill()
+
+
+_SHARED: dict[tuple[Any, ...], Sandbox] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_sandbox(**options: Any) -> Sandbox:
+    """A process-wide `Sandbox` for these options: one warm pool serves every caller.
+
+    Envs and stateless tools use it, so a vector of 64 envs does not start 64 pools. Closing it
+    is allowed (the next call builds a new one).
+    """
+    key = tuple(sorted(options.items()))
+    with _SHARED_LOCK:
+        sb = _SHARED.get(key)
+        if sb is None or sb._closed:
+            sb = _SHARED[key] = Sandbox(**options)
+        return sb
+
+
+def _encode_files(files: Mapping[str, str | bytes] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, content in (files or {}).items():
+        parts = name.replace("\\", "/").split("/")
+        if not name or name.startswith("/") or ".." in parts or "" in parts:
+            raise SandboxError(
+                f"file name {name!r} must be a relative path inside the sandbox without '..', "
+                "e.g. 'data/input.txt'"
+            )
+        raw = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+        out[name] = base64.b64encode(raw).decode("ascii")
+    return out
+
+
+def _fmt_s(seconds: float) -> str:
+    return str(int(seconds)) if math.isclose(seconds, round(seconds)) else f"{seconds:g}"
+
+
+_LIVE: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for sb in list(_LIVE):
+        try:
+            sb.close()
+        except Exception:  # interpreter shutdown: best effort
+            pass

@@ -1,0 +1,912 @@
+"""The supervisor that runs INSIDE a sandbox: executes code requests sent by the host.
+
+This file is passed to the sandboxed interpreter as source (`python -I -c <source> <config>`),
+so it must stay standard-library only and import nothing from gemkit. The host imports it only
+for the framing helpers (`encode_frame`, `HEADER`).
+
+Protocol: each message is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON.
+Host -> supervisor: `{"op": "exec" | "reset" | "ping", ...}`; supervisor -> host: one reply per
+request. The supervisor never runs user code in its own process: each `exec` runs in a forked
+child (stateless mode: a fresh child per call; stateful mode: one long-lived session child),
+with resource limits, a dropped uid where possible, and no access to the protocol pipes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import select
+import signal
+import struct
+import sys
+import time
+
+HEADER = struct.Struct(">I")
+#: the filename this source is compiled under in the sandbox (its frames are hidden)
+WORKER_FILENAME = "<gemkit-sandbox>"
+MAX_REQUEST = 256 * 1024 * 1024
+MAX_RESULT = 1024 * 1024
+
+
+def encode_frame(obj: object) -> bytes:
+    """One protocol message: length header + JSON body."""
+    body = json.dumps(obj).encode("utf-8")
+    return HEADER.pack(len(body)) + body
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks = []
+    while n > 0:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_frame(fd: int) -> object | None:
+    head = _read_exact(fd, HEADER.size)
+    if head is None:
+        return None
+    (n,) = HEADER.unpack(head)
+    if n > MAX_REQUEST:
+        return None
+    body = _read_exact(fd, n)
+    return None if body is None else json.loads(body)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+# -- the child that runs user code -------------------------------------------------------------
+
+
+def _set_limits(limits: dict, cpu_seconds: float | None, session: bool = False) -> None:
+    import resource
+
+    def cap(which: int, value: int) -> None:
+        try:
+            resource.setrlimit(which, (value, value))
+        except (ValueError, OSError):
+            # lowering never fails; a value above an existing hard cap keeps that cap
+            soft, hard = resource.getrlimit(which)
+            if hard == resource.RLIM_INFINITY or value < hard:
+                resource.setrlimit(which, (min(value, hard), hard))
+
+    if cpu_seconds is not None:
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        soft = int(used.ru_utime + used.ru_stime + cpu_seconds) + 1
+        if session:
+            # a session sets a new soft limit each call and can never raise a hard one, so the
+            # hard limit stays where it is (the wall clock is the limit that always holds)
+            _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+            if hard != resource.RLIM_INFINITY:
+                soft = min(soft, hard)
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+        else:
+            resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
+    if limits.get("memory_bytes"):
+        cap(resource.RLIMIT_AS, int(limits["memory_bytes"]))
+    if limits.get("file_bytes") is not None:
+        cap(resource.RLIMIT_FSIZE, int(limits["file_bytes"]))
+    if limits.get("nofile"):
+        cap(resource.RLIMIT_NOFILE, int(limits["nofile"]))
+    if limits.get("nproc"):
+        cap(resource.RLIMIT_NPROC, int(limits["nproc"]))
+    cap(resource.RLIMIT_CORE, 0)
+
+
+def _drop_privileges(config: dict) -> None:
+    uid = config.get("uid")
+    if uid is None:
+        return
+    gid = config.get("gid", uid)
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+def _describe_exception(exc: BaseException) -> dict:
+    import traceback
+
+    try:
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+        # drop the frames of this file: the user only wrote `<code>`
+        text = "".join(line for line in lines if WORKER_FILENAME not in line)
+    except MemoryError:
+        text = f"{type(exc).__name__}\n"
+    last = text.rstrip("\n").rsplit("\n", 1)[-1] if text.strip() else type(exc).__name__
+    return {"type": type(exc).__name__, "last_line": last, "traceback": text}
+
+
+def _execute(code: str, namespace: dict) -> dict:
+    """Run code like `python -c` would: print the traceback on stderr; return what happened."""
+    import linecache
+
+    # finished: the code ran to its last line (no exception, no exit call)
+    result: dict = {"exception": None, "exit_code": 0, "finished": False}
+    # lets tracebacks quote the user's lines
+    linecache.cache["<code>"] = (len(code), None, code.splitlines(True), "<code>")
+    try:
+        compiled = compile(code, "<code>", "exec")
+        exec(compiled, namespace)
+        result["finished"] = True
+    except SystemExit as e:
+        code_value = e.code
+        if code_value is None:
+            result["exit_code"] = 0
+        elif isinstance(code_value, int):
+            result["exit_code"] = code_value
+        else:
+            try:
+                sys.stderr.write(f"{code_value}\n")
+            except Exception:
+                pass
+            result["exit_code"] = 1
+    except BaseException as e:  # the user's exception, whatever it is, is data
+        info = _describe_exception(e)
+        result["exception"] = {"type": info["type"], "last_line": info["last_line"]}
+        if isinstance(e, OSError) and e.errno == 27:  # EFBIG: the file-size limit
+            result["exception"]["limit"] = "file_size"
+        result["exit_code"] = 1
+        try:
+            sys.stderr.write(info["traceback"])
+        except Exception:
+            pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    return result
+
+
+def _fresh_stdio(stdin_text: str | None) -> None:
+    import io
+
+    sys.stdout = io.TextIOWrapper(
+        os.fdopen(1, "wb", closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
+        line_buffering=False,
+        write_through=False,
+    )
+    sys.stderr = io.TextIOWrapper(
+        os.fdopen(2, "wb", closefd=False),
+        encoding="utf-8",
+        errors="backslashreplace",
+        write_through=True,
+    )
+    sys.stdin = (
+        io.StringIO(stdin_text or "")
+        if stdin_text is not None
+        else io.TextIOWrapper(os.fdopen(0, "rb", closefd=False), encoding="utf-8")
+    )
+
+
+def _child_enter(config: dict, fds: dict) -> None:
+    """First steps of a fresh child: own session, its pipes on 0/1/2, nothing else, no privileges."""
+    os.setsid()
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    for target, fd in ((0, fds["stdin"]), (1, fds["stdout"]), (2, fds["stderr"])):
+        os.dup2(fd, target)
+    keep = sorted(fd for name, fd in fds.items() if name in ("result", "request"))
+    # close every other descriptor: the protocol pipes to the host stay out of reach
+    low = 3
+    for fd in keep:
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 65536)
+    _drop_privileges(config)
+    os.chdir(config["workdir"])
+
+
+def _warm_up() -> None:
+    """Walk the per-call path once before the request comes.
+
+    A forked child copies each memory page it first writes to (reference counts make reads
+    write); doing that now, while the child waits, takes it off the call's latency.
+    """
+    import linecache
+
+    code = "x = [str(i) for i in range(3)]\n"
+    exec(compile(code, "<warm-up>", "exec"), {"__builtins__": __builtins__})
+    linecache.cache.pop("<warm-up>", None)
+    encode_frame({"exception": None, "exit_code": 0, "finished": True})
+    json.loads(encode_frame({"code": code, "timeout": 1.0, "limits": {}})[HEADER.size :])
+
+
+def _run_stateless_child(config: dict, fds: dict) -> None:
+    """A pre-forked child: waits for one request, runs it in a fresh namespace, exits."""
+    try:
+        _child_enter(config, fds)
+        _fresh_stdio(None)
+        _warm_up()
+        req = _read_frame(fds["request"])
+        if req is None:
+            os._exit(0)
+        _set_limits(req["limits"], req["timeout"])
+        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+        result = _execute(req["code"], namespace)
+        _write_all(fds["result"], encode_frame(result))
+    except BaseException:
+        os._exit(70)
+    os._exit(0)
+
+
+def _run_session_child(config: dict, limits: dict, fds: dict) -> None:
+    try:
+        _child_enter(config, fds)
+        _set_limits(limits, None)
+        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+        while True:
+            req = _read_frame(fds["request"])
+            if req is None:
+                os._exit(0)
+            _set_limits({}, req["timeout"], session=True)
+            _fresh_stdio(req.get("stdin"))
+            result = _execute(req["code"], namespace)
+            _write_all(fds["result"], encode_frame(result))
+    except BaseException:
+        os._exit(70)
+
+
+# -- the supervisor ----------------------------------------------------------------------------
+
+
+class _Capture:
+    """Reads one stream, keeping the first `limit` bytes and counting the rest."""
+
+    def __init__(self, fd: int, limit: int):
+        self.fd = fd
+        self.limit = limit
+        self.kept = bytearray()
+        self.total = 0
+        self.open = True
+
+    def read(self) -> None:
+        try:
+            chunk = os.read(self.fd, 1 << 16)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.open = False
+            return
+        self.total += len(chunk)
+        room = self.limit - len(self.kept)
+        if room > 0:
+            self.kept += chunk[:room]
+
+    def text(self) -> str:
+        return self.kept.decode("utf-8", errors="replace")
+
+
+def _kill_all_others(pidns: bool, pgid: int | None) -> None:
+    """Kill every process of the sandbox but this one (and the namespace's init).
+
+    Without a pid namespace (unsafe-local) `kill(-1)` would reach the user's other processes,
+    so only the child's process group is killed there.
+    """
+    try:
+        if pidns:
+            os.kill(-1, signal.SIGKILL)
+        elif pgid:
+            os.killpg(pgid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def _reap() -> list[tuple[int, int]]:
+    done = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return done
+        if pid == 0:
+            return done
+        done.append((pid, status))
+
+
+def _wipe(path: str) -> bool:
+    """Empty a directory the user could write to; False if something could not be removed."""
+    import shutil
+
+    def force(func, p, _exc):  # noqa: ANN001
+        # the code may have made a directory unwritable; never chmod through a symlink
+        try:
+            for q in (os.path.dirname(p), p):
+                if not os.path.islink(q):
+                    os.chmod(q, 0o700)
+            func(p)
+        except OSError:
+            pass
+
+    ok = True
+    try:
+        entries = os.listdir(path)
+    except OSError:
+        return False
+    for name in entries:
+        p = os.path.join(path, name)
+        try:
+            if os.path.isdir(p) and not os.path.islink(p):
+                shutil.rmtree(p, onerror=force)
+            else:
+                os.unlink(p)
+        except OSError:
+            ok = False
+        if os.path.lexists(p):
+            ok = False
+    return ok
+
+
+def _write_files(config: dict, files: dict) -> None:
+    """Put the call's files in the working directory, as the code's own uid.
+
+    Written by a child that has dropped privileges: a symlink the code planted earlier (in a
+    session) can then lead nowhere the code could not write itself.
+    """
+    if not files:
+        return
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            _drop_privileges(config)
+            workdir = config["workdir"]
+            for name, b64 in files.items():
+                path = os.path.join(workdir, name)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(base64.b64decode(b64))
+            status = 0
+        except BaseException as e:
+            try:
+                os.write(2, f"{type(e).__name__}: {e}".encode()[:500])
+            except OSError:
+                pass
+        os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        raise OSError("could not write the files into the working directory (check the names)")
+
+
+def _collect(
+    captures: list[_Capture],
+    result_fd: int,
+    deadline: float,
+    stdin: list | None = None,
+    child: int | None = None,
+) -> tuple[bytes | None, bool, int | None]:
+    """Pump output until the child's framed result arrives, the child dies, or time runs out.
+
+    Returns (result body or None, timed out, the child's wait status if it was reaped here).
+    """
+    result = bytearray()
+    want = HEADER.size
+    result_open = True
+    # stdin is [fd, data]; fd becomes -1 once written out and closed
+    stdin = stdin if stdin is not None else [-1, b""]
+    stdin_view = memoryview(stdin[1])
+    if stdin[0] >= 0 and not stdin_view:
+        os.close(stdin[0])
+        stdin[0] = -1
+    status: int | None = None
+    while True:
+        if len(result) >= want:
+            if want == HEADER.size:
+                (n,) = HEADER.unpack(bytes(result[: HEADER.size]))
+                if n > MAX_RESULT:  # not our child's report: the code wrote to the pipe
+                    return None, False, status
+                want = HEADER.size + n
+                continue
+            return bytes(result[HEADER.size : want]), False, status
+        if not result_open or status is not None:
+            return None, False, status
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, True, status
+        readers = [c.fd for c in captures if c.open] + [result_fd]
+        writers = [stdin[0]] if stdin[0] >= 0 else []
+        try:
+            r, w, _ = select.select(readers, writers, [], min(left, 0.02 if child else 0.5))
+        except InterruptedError:
+            continue
+        if w:
+            try:
+                n = os.write(stdin[0], stdin_view[: 1 << 16])
+                stdin_view = stdin_view[n:]
+            except OSError:
+                stdin_view = stdin_view[:0]
+            if not stdin_view:
+                os.close(stdin[0])
+                stdin[0] = -1
+        for c in captures:
+            if c.fd in r:
+                c.read()
+        if result_fd in r:
+            try:
+                chunk = os.read(result_fd, 1 << 16)
+            except OSError:
+                chunk = b""
+            if chunk:
+                result += chunk
+            else:
+                result_open = False
+        if child is not None and not r:
+            # the child may be gone while its descendants still hold the pipes open
+            try:
+                pid, st = os.waitpid(child, os.WNOHANG)
+            except ChildProcessError:
+                pid, st = child, 0
+            if pid == child:
+                status = st
+                _drain_fd_into(result_fd, result)
+
+
+def _drain_fd_into(fd: int, buf: bytearray) -> None:
+    while True:
+        r, _, _ = select.select([fd], [], [], 0)
+        if not r:
+            return
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except OSError:
+            return
+        if not chunk:
+            return
+        buf += chunk
+
+
+def _drain(captures: list[_Capture], wait: float) -> None:
+    """Read what the pipes hold; with `wait` > 0, keep reading until EOF or the time is up."""
+    deadline = time.monotonic() + wait
+    while any(c.open for c in captures):
+        left = max(0.0, deadline - time.monotonic())
+        r, _, _ = select.select([c.fd for c in captures if c.open], [], [], min(left, 0.05))
+        if not r:
+            if left <= 0:
+                return
+            continue
+        for c in captures:
+            if c.fd in r:
+                c.read()
+
+
+def _reply_output(captures: list[_Capture]) -> dict:
+    out, err = captures
+    return {
+        "stdout": out.text(),
+        "stdout_bytes": out.total,
+        "stderr": err.text(),
+        "stderr_bytes": err.total,
+    }
+
+
+def _status_of(status: int) -> tuple[int, str | None]:
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        limit = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file_size"}.get(sig)
+        return -sig, limit
+    return os.WEXITSTATUS(status), None
+
+
+class Supervisor:
+    """Serves exec/reset requests on the protocol pipes, one at a time."""
+
+    def __init__(self, config: dict, rfd: int, wfd: int):
+        self.config = config
+        self.rfd = rfd
+        self.wfd = wfd
+        self.session: dict | None = None
+        self.pidns = bool(config.get("pidns"))
+        self.next: dict | None = None  # the pre-forked stateless child
+        self.pending: list[int] = []
+        self.stateless_used = False
+
+    def serve(self) -> None:
+        import gc
+
+        # children share the supervisor's pages copy-on-write; a frozen heap is never touched
+        # by their garbage collector, so forking stays cheap
+        gc.freeze()
+        _write_all(self.wfd, encode_frame({"ready": True, "pid": os.getpid()}))
+        while True:
+            req = _read_frame(self.rfd)
+            if req is None:
+                self._end_session()
+                return
+            try:
+                reply = self.handle(req)
+            except Exception as e:  # report, and let the host replace this sandbox
+                reply = {
+                    "error": f"{type(e).__name__}: {e}",
+                    "clean": False,
+                    "exit_code": 1,
+                    "session_lost": bool(req.get("stateful")),
+                }
+            _write_all(self.wfd, encode_frame(reply))
+            self.after_reply()
+
+    def _wait_until_alone(self, limit: float = 2.0) -> None:
+        """Wait (briefly) until every killed process is gone, so the next call starts clean."""
+        me = os.getpid()
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            _reap()  # as the namespace's init (unshare) the killed processes are ours to reap
+            try:
+                others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+            except OSError:
+                return
+            if not others:
+                return
+            time.sleep(0.001)
+
+    def handle(self, req: dict) -> dict:
+        """Serve one request."""
+        op = req.get("op")
+        if op == "exec":
+            if req.get("stateful"):
+                return self.exec_stateful(req)
+            self.stateless_used = True
+            return self.exec_stateless(req)
+        if op == "reset":
+            self._end_session()
+            return {"clean": _wipe(self.config["workdir"]) and self._wipe_tmp()}
+        if op == "ping":
+            return {"pong": True}
+        return {"error": f"unknown op {op!r}"}
+
+    def _wipe_tmp(self) -> bool:
+        return all(_wipe(p) for p in self.config.get("scratch", ()) if os.path.isdir(p))
+
+    def prefork(self) -> None:
+        """Fork the next stateless child now, so a request finds it set up and waiting."""
+        if self.next is not None:
+            return
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        res_r, res_w = os.pipe()
+        in_r, in_w = os.pipe()
+        req_r, req_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            _run_stateless_child(
+                self.config,
+                {
+                    "stdin": in_r,
+                    "stdout": out_w,
+                    "stderr": err_w,
+                    "result": res_w,
+                    "request": req_r,
+                },
+            )
+        for fd in (out_w, err_w, res_w, in_r, req_r):
+            os.close(fd)
+        self.next = {"pid": pid, "out": out_r, "err": err_r, "res": res_r, "in": in_w, "req": req_w}
+
+    def exec_stateless(self, req: dict) -> dict:
+        _write_files(self.config, req.get("files") or {})
+        limit = int(req["limits"].get("max_output", 10_000))
+        self.prefork()
+        child, self.next = self.next, None
+        assert child is not None
+        pid = child["pid"]
+        stdin = req.get("stdin")
+        stdin_bytes = stdin.encode("utf-8") if stdin is not None else b""
+        start = time.monotonic()
+        try:
+            _write_all(
+                child["req"],
+                encode_frame({k: req[k] for k in ("code", "timeout", "limits")}),
+            )
+        except OSError:
+            pass
+        os.close(child["req"])
+        captures = [_Capture(child["out"], limit), _Capture(child["err"], limit)]
+        deadline = start + float(req["timeout"])
+        stdin_pipe = [child["in"], stdin_bytes]
+        raw, timed_out, status = _collect(captures, child["res"], deadline, stdin_pipe, pid)
+        duration = time.monotonic() - start
+        if stdin_pipe[0] >= 0:
+            os.close(stdin_pipe[0])
+        # whatever the code left running (daemons, fork bombs, setsid escapees) dies here
+        _kill_all_others(self.pidns, pid)
+        if raw is None and status is None:
+            try:
+                _, status = os.waitpid(pid, 0)
+            except ChildProcessError:
+                status = 0
+        if status is None:
+            self.pending.append(pid)  # reaped after the reply is sent
+        # output written before the result is already in the pipes
+        _drain(captures, 0.2 if raw is None else 0)
+        for fd in (child["out"], child["err"], child["res"]):
+            os.close(fd)
+        exit_code, limit_hit = _status_of(status) if status is not None else (0, None)
+        result = _parse_result(raw)
+        reply = _reply_output(captures)
+        reply.update(result)
+        if exit_code != 0 and not result.get("exit_code"):
+            reply["exit_code"] = exit_code
+        elif "exit_code" not in reply:
+            reply["exit_code"] = exit_code
+        if timed_out:
+            reply["timed_out"] = True
+            reply["limit_hit"] = "wall"
+        elif limit_hit:
+            reply["limit_hit"] = limit_hit
+            reply["timed_out"] = limit_hit == "cpu"
+        elif (reply.get("exception") or {}).get("type") == "MemoryError":
+            reply["limit_hit"] = "memory"
+        elif (reply.get("exception") or {}).get("limit"):
+            reply["limit_hit"] = reply["exception"]["limit"]
+        elif raw is None and exit_code < 0:
+            reply["limit_hit"] = "killed"
+        reply["duration"] = duration
+        reply["clean"] = _wipe(self.config["workdir"]) and self._wipe_tmp()
+        return reply
+
+    def after_reply(self) -> None:
+        """Work that need not delay the reply: reap the last child, fork the next one."""
+        for pid in self.pending:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+        self.pending.clear()
+        if self.pidns and self.session is None:
+            self._wait_until_alone()
+        reaped = {pid for pid, _ in _reap()}
+        if self.session is not None and self.session["pid"] in reaped:
+            self.session["dead"] = True
+        if self.session is None and self.stateless_used:
+            self.prefork()
+
+    def _start_session(self, limits: dict) -> None:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        res_r, res_w = os.pipe()
+        req_r, req_w = os.pipe()
+        null = os.open(os.devnull, os.O_RDONLY)
+        pid = os.fork()
+        if pid == 0:
+            _run_session_child(
+                self.config,
+                limits,
+                {
+                    "stdin": null,
+                    "stdout": out_w,
+                    "stderr": err_w,
+                    "result": res_w,
+                    "request": req_r,
+                },
+            )
+        for fd in (out_w, err_w, res_w, req_r, null):
+            os.close(fd)
+        self.session = {"pid": pid, "out": out_r, "err": err_r, "res": res_r, "req": req_w}
+
+    def _discard_next(self) -> None:
+        if self.next is None:
+            return
+        child, self.next = self.next, None
+        try:
+            os.kill(child["pid"], signal.SIGKILL)
+        except OSError:
+            pass
+        for key in ("out", "err", "res", "in", "req"):
+            os.close(child[key])
+        self.pending.append(child["pid"])
+
+    def _end_session(self) -> None:
+        self._discard_next()
+        if self.session is None:
+            return
+        _kill_all_others(self.pidns, self.session["pid"])
+        try:
+            os.waitpid(self.session["pid"], 0)
+        except ChildProcessError:
+            pass
+        for key in ("out", "err", "res", "req"):
+            try:
+                os.close(self.session[key])
+            except OSError:
+                pass
+        self.session = None
+
+    def exec_stateful(self, req: dict) -> dict:
+        _write_files(self.config, req.get("files") or {})
+        restarted = False
+        if self.session is not None and self.session.get("dead"):
+            self._end_session()
+            restarted = True
+        if self.session is None:
+            self._start_session(req["limits"])
+        s = self.session
+        assert s is not None
+        limit = int(req["limits"].get("max_output", 10_000))
+        captures = [_Capture(s["out"], limit), _Capture(s["err"], limit)]
+        start = time.monotonic()
+        try:
+            _write_all(
+                s["req"],
+                encode_frame(
+                    {"code": req["code"], "timeout": req["timeout"], "stdin": req.get("stdin")}
+                ),
+            )
+        except OSError:
+            pass
+        deadline = start + float(req["timeout"])
+        raw, timed_out, status = _collect(captures, s["res"], deadline, None, s["pid"])
+        duration = time.monotonic() - start
+        _drain(captures, 0)
+        reply = _reply_output(captures)
+        if raw is not None and not timed_out:
+            reply.update(_parse_result(raw))
+            if (reply.get("exception") or {}).get("type") == "MemoryError":
+                reply["limit_hit"] = "memory"
+            elif (reply.get("exception") or {}).get("limit"):
+                reply["limit_hit"] = reply["exception"]["limit"]
+        else:
+            # the session is gone (timeout, crash, limit): its state is lost
+            pid = s["pid"]
+            if status is None:
+                # timed out, or its report was garbage: the session cannot be trusted further
+                _kill_all_others(self.pidns, pid)
+                try:
+                    _, status = os.waitpid(pid, 0)
+                except ChildProcessError:
+                    status = 0
+            _drain(captures, 0.2)
+            reply.update(_reply_output(captures))
+            exit_code, limit_hit = _status_of(status)
+            self._end_session()
+            reply["exit_code"] = exit_code if exit_code else 1
+            reply["session_lost"] = True
+            if timed_out:
+                reply["timed_out"] = True
+                reply["limit_hit"] = "wall"
+            elif limit_hit:
+                reply["limit_hit"] = limit_hit
+                reply["timed_out"] = limit_hit == "cpu"
+            elif exit_code < 0:
+                reply["limit_hit"] = "killed"
+            else:  # os._exit() in the code, or the session process failed
+                reply["limit_hit"] = "exited"
+        if restarted:
+            reply["session_lost"] = True
+        reply["duration"] = duration
+        return reply
+
+
+def _parse_result(raw: bytes | None) -> dict:
+    """The child's own report; it ran user code, so anything unexpected means 'no report'."""
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    out: dict = {}
+    if isinstance(data.get("exit_code"), int):
+        out["exit_code"] = data["exit_code"]
+    out["finished"] = data.get("finished") is True
+    exc = data.get("exception")
+    if isinstance(exc, dict):
+        out["exception"] = {
+            k: str(v) for k, v in exc.items() if k in ("type", "last_line", "limit")
+        }
+    return out
+
+
+def _no_dump() -> None:
+    """Keep same-uid code from opening this process's pipes through /proc or ptrace."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except Exception:
+        pass
+
+
+def main(argv: list[str]) -> None:
+    """Entry point inside the sandbox: the last argument is the JSON config."""
+    config = json.loads(argv[-1])
+    # move the protocol pipes off 0/1 so nothing the code prints can reach the host
+    import io  # noqa: F401  (imported once here so that forked children need not)
+    import linecache  # noqa: F401
+    import resource  # noqa: F401
+    import traceback  # noqa: F401
+
+    rfd = os.dup(0)
+    wfd = os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    _no_dump()
+    if config.get("setup"):
+        _setup_filesystem(config)
+    os.chdir(config["workdir"])
+    Supervisor(config, rfd, wfd).serve()
+
+
+def _setup_filesystem(config: dict) -> None:
+    """Build a fresh root (read-only binds + tmpfs) and pivot into it (the unshare backend).
+
+    Runs as root of fresh mount and pid namespaces. After `pivot_root` the host's tree is
+    detached, so no chroot-style escape leads back to it.
+    """
+    import ctypes
+
+    setup = config["setup"]
+    libc = ctypes.CDLL(None, use_errno=True)
+    ms_rdonly, ms_nosuid, ms_nodev, ms_noexec = 1, 2, 4, 8
+    ms_remount, ms_bind, ms_rec, ms_private = 32, 4096, 16384, 1 << 18
+
+    def mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None) -> None:
+        enc = [None if x is None else x.encode() for x in (src, dst, fstype, data)]
+        if libc.mount(enc[0], enc[1], enc[2], flags, enc[3]) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"mount {src} on {dst}: {os.strerror(err)}")
+
+    mount(None, "/", None, ms_rec | ms_private, None)
+    new = "/tmp"  # the new root is a tmpfs mounted over /tmp of this private mount namespace
+    mount("tmpfs", new, "tmpfs", ms_nosuid | ms_nodev, "mode=0755,size=16m")
+    for path in setup["ro_paths"]:
+        target = new + path
+        if os.path.islink(path):
+            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+            os.symlink(os.readlink(path), target)
+            continue
+        if os.path.isdir(path):
+            os.makedirs(target, mode=0o755, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+            open(target, "a").close()
+        mount(path, target, None, ms_bind | ms_rec, None)
+        locked = os.statvfs(path).f_flag & (ms_nosuid | ms_nodev | ms_noexec)
+        mount(None, target, None, ms_bind | ms_remount | ms_rdonly | ms_nosuid | locked, None)
+    os.makedirs(new + "/dev", mode=0o755)
+    for node in ("null", "zero", "full", "random", "urandom"):
+        open(new + "/dev/" + node, "a").close()
+        mount("/dev/" + node, new + "/dev/" + node, None, ms_bind, None)
+    for link, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
+        os.symlink(target, new + "/dev/" + link)
+    os.makedirs(new + "/proc", mode=0o755)
+    mount("proc", new + "/proc", "proc", ms_nosuid | ms_nodev | ms_noexec, None)
+    size = int(setup["disk_bytes"])
+    for path, mode in (("/tmp", "1777"), (config["workdir"], "0777")):
+        os.makedirs(new + path, mode=0o755, exist_ok=True)
+        mount("tmpfs", new + path, "tmpfs", ms_nosuid | ms_nodev, f"mode={mode},size={size}")
+    os.chdir(new)
+    if libc.syscall(int(setup["pivot_root"]), b".", b".") != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"pivot_root: {os.strerror(err)}")
+    if libc.umount2(b".", 2) != 0:  # MNT_DETACH: the old root disappears from this namespace
+        err = ctypes.get_errno()
+        raise OSError(err, f"umount old root: {os.strerror(err)}")
+    os.chdir("/")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,234 @@
+"""The sandbox as a service: results, isolation between calls, sessions, limits, backends."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+from gemkit.sandbox import (
+    Sandbox,
+    SandboxError,
+    SandboxUnavailableError,
+    backends,
+    truncation_marker,
+)
+
+
+@pytest.fixture(scope="module")
+def sb():
+    sandbox = Sandbox(timeout=5, workers=2, max_output=1000)
+    yield sandbox
+    sandbox.close()
+
+
+def test_auto_picks_an_isolating_backend(sb):
+    assert sb.backend in ("bwrap", "unshare")
+
+
+def test_the_system_files_shared_with_the_sandbox_are_readable_by_the_code(sb):
+    shared = [p for p in backends.ETC_PATHS if os.path.exists(p)]
+    r = sb.run_sync(f"import os\nprint([p for p in {shared!r} if not os.access(p, os.R_OK)])")
+    assert r.stdout == "[]\n"
+
+
+def test_stdout_stderr_and_exit_code_are_reported(sb):
+    r = sb.run_sync("import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)")
+    assert (r.stdout, r.stderr, r.exit_code) == ("out\n", "err\n", 3)
+    assert not r.ok
+
+
+def test_an_exception_reports_its_last_line_and_a_traceback_of_the_users_code(sb):
+    r = sb.run_sync("def f():\n    return 1 / 0\nf()")
+    assert r.exception == "ZeroDivisionError: division by zero"
+    assert 'File "<code>", line 2, in f' in r.stderr and "return 1 / 0" in r.stderr
+    assert "gemkit-sandbox" not in r.stderr  # the supervisor's frames are hidden
+
+
+def test_finished_means_the_code_reached_its_last_line(sb):
+    assert sb.run_sync("x = 1").finished
+    for early in ("import sys\nsys.exit(0)", "import os\nos._exit(0)", "raise ValueError"):
+        assert not sb.run_sync(early + "\nprint('end')").finished
+
+
+def test_stdin_is_fed_to_the_code(sb):
+    r = sb.run_sync("a, b = map(int, input().split())\nprint(a + b)", stdin="2 40\n")
+    assert r.stdout == "42\n"
+
+
+def test_files_are_placed_in_the_working_directory(sb):
+    r = sb.run_sync("print(open('data/in.txt').read())", files={"data/in.txt": "hello"})
+    assert r.stdout == "hello\n"
+
+
+def test_files_are_written_with_the_codes_rights_so_planted_symlinks_lead_nowhere(sb):
+    session = sb.session()
+    try:
+        planted = session.run_sync(
+            "import os\nos.symlink('/dev/gemkit-planted', 'evil')\nprint(os.access('/dev', os.W_OK))"
+        )
+        r = session.run_sync("pass", files={"evil": "x"})
+        if planted.stdout == "False\n":  # only the supervisor could write /dev: it must not
+            assert not r.ok and "could not write the files" in r.exception
+    finally:
+        session.close()
+
+
+def test_file_names_outside_the_working_directory_are_refused(sb):
+    with pytest.raises(SandboxError, match="relative path"):
+        sb.run_sync("pass", files={"../escape.txt": "x"})
+
+
+def test_stateless_calls_do_not_share_variables_files_or_modules(sb):
+    sb.run_sync("x = 1\nopen('left.txt', 'w').write('x')\nimport json\njson.dumps = None")
+    r = sb.run_sync(
+        "import os, json\nprint('x' in globals(), os.path.exists('left.txt'), json.dumps([1]))"
+    )
+    assert r.stdout == "False False [1]\n"
+
+
+def test_output_beyond_the_limit_is_cut_with_a_marker(sb):
+    r = sb.run_sync("print('a' * 5000)")
+    assert r.stdout == "a" * 1000 + truncation_marker(5001, 1000)
+    assert r.stdout.endswith("[... output truncated: 5001 bytes total, showing first 1000 ...]")
+
+
+def test_a_timeout_per_call_overrides_the_default(sb):
+    r = sb.run_sync("import time\ntime.sleep(2)\nprint('done')", timeout=0.5)
+    assert r.timed_out and r.exception == "TimeoutError: code ran longer than 0.5 s"
+
+
+async def test_async_calls_run_concurrently_on_the_pool(sb):
+    results = await asyncio.gather(*(sb.run(f"print({i} * 2)") for i in range(6)))
+    assert [r.stdout for r in results] == [f"{i * 2}\n" for i in range(6)]
+
+
+def test_a_session_keeps_variables_until_reset(sb):
+    session = sb.session()
+    try:
+        session.run_sync("total = 40")
+        assert session.run_sync("total += 2\nprint(total)").stdout == "42\n"
+        session.reset_sync()
+        r = session.run_sync("print(total)")
+        assert r.exception == "NameError: name 'total' is not defined"
+    finally:
+        session.close()
+
+
+def test_a_session_that_times_out_restarts_empty_and_says_so(sb):
+    session = sb.session()
+    try:
+        session.run_sync("kept = 1")
+        r = session.run_sync("while True:\n    pass", timeout=0.5)
+        assert r.timed_out and r.session_lost
+        after = session.run_sync("print('kept' in globals())")
+        assert after.stdout == "False\n"
+    finally:
+        session.close()
+
+
+async def test_a_session_works_from_async_code(sb):
+    session = sb.session()
+    try:
+        await session.run("import math")
+        r = await session.run("print(math.isqrt(49))")
+        assert r.stdout == "7\n"
+        await session.reset()
+    finally:
+        session.close()
+
+
+def test_a_closed_sandbox_refuses_calls():
+    sandbox = Sandbox(timeout=1, workers=1)
+    sandbox.close()
+    with pytest.raises(SandboxError, match="closed"):
+        sandbox.run_sync("pass")
+
+
+def test_without_a_working_backend_auto_refuses_and_names_unsafe_local(monkeypatch):
+    monkeypatch.setattr(backends, "probe", lambda name, python: f"{name} is broken here")
+    with pytest.raises(SandboxUnavailableError) as err:
+        Sandbox(backend="auto")
+    assert "unsafe-local" in str(err.value) and "bubblewrap" in str(err.value)
+
+
+def test_an_unknown_backend_name_lists_the_valid_ones():
+    with pytest.raises(SandboxUnavailableError, match="'auto', 'bwrap', 'unshare'"):
+        Sandbox(backend="docker")
+
+
+def test_unsafe_local_runs_only_when_asked_for_by_name():
+    with Sandbox(backend="unsafe-local", timeout=2, workers=1) as local:
+        r = local.run_sync("import os\nprint(os.getcwd().split('/')[-1].startswith('gemkit'))")
+        assert r.stdout == "True\n"
+        assert local.run_sync("while True:\n    pass", timeout=0.5).timed_out
+
+
+def test_invalid_limits_are_refused_with_the_expected_ranges():
+    with pytest.raises(SandboxError, match="timeout and memory_mb must be > 0"):
+        Sandbox(timeout=0)
+
+
+def test_a_sandbox_started_from_a_short_lived_thread_outlives_it():
+    # bubblewrap kills the sandbox when the thread that started it exits (--die-with-parent)
+    with Sandbox(timeout=5, workers=1) as sandbox:
+        thread = threading.Thread(target=sandbox.run_sync, args=("pass",))
+        thread.start()
+        thread.join()
+        time.sleep(0.2)
+        r = sandbox.run_sync("print('alive')")
+        assert r.stdout == "alive\n" and r.limit_hit is None
+
+
+def test_a_shared_path_the_sandbox_would_hide_is_refused_with_the_reason():
+    with pytest.raises(SandboxUnavailableError, match="would be hidden inside the sandbox"):
+        Sandbox(ro_paths=("/tmp/my-venv",))
+
+
+def test_a_sandbox_that_dies_while_idle_is_replaced_before_the_next_call():
+    with Sandbox(timeout=5, workers=1) as sandbox:
+        sandbox.run_sync("pass")
+        for worker in list(sandbox._idle):
+            os.killpg(worker.proc.pid, 9)
+            worker.proc.wait()
+        r = sandbox.run_sync("print('fresh')")
+        assert r.stdout == "fresh\n" and r.ok
+
+
+def test_a_session_whose_sandbox_died_says_its_variables_are_gone(sb):
+    session = sb.session()
+    try:
+        session.run_sync("kept = 1")
+        os.killpg(session._worker.proc.pid, 9)
+        session._worker.proc.wait()
+        r = session.run_sync("print('kept' in globals())")
+        assert r.stdout == "False\n" and r.session_lost
+    finally:
+        session.close()
+
+
+def test_a_session_can_use_more_cpu_in_total_than_one_calls_limit(sb):
+    # each call's CPU limit counts from what the session has spent; a timeout just under a
+    # whole second makes the second call's limit land past the first one's
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.1:\n    pass\n"
+    session = sb.session()
+    try:
+        results = [session.run_sync(burn + f"print({i})", timeout=9.95) for i in range(3)]
+        assert [r.stdout for r in results] == ["0\n", "1\n", "2\n"]
+        assert not any(r.session_lost for r in results)
+    finally:
+        session.close()
+
+
+def test_os_exit_in_a_session_is_reported_and_the_session_restarts(sb):
+    session = sb.session()
+    try:
+        r = session.run_sync("import os\nos._exit(3)")
+        assert r.limit_hit == "exited" and r.session_lost
+        assert r.exception == "SystemExit: the Python process exited during the call (status 3)"
+        assert session.run_sync("print('again')").stdout == "again\n"
+    finally:
+        session.close()
