@@ -2,29 +2,38 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= dev,rg,math,mcp
-STAMP := $(VENV)/.installed-$(EXTRAS)
+PIP := $(PY) -m pip install -q
+# the CPU build of torch (a plain `torch` requirement could pull a multi-GB CUDA build)
+TORCH ?= torch==2.13.0
+TEST_EXTRAS ?= dev,rg,math,mcp,train,ray
 
 .PHONY: demo test lint bench clean
 
-$(STAMP): pyproject.toml setup.py
+$(VENV)/.demo-installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
-	touch $(STAMP)
+	$(PIP) --upgrade pip
+	$(PIP) -e .
+	touch $@
 
-demo: $(STAMP)
+$(VENV)/.test-installed: pyproject.toml setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip
+	$(PIP) "$(TORCH)"
+	$(PIP) -e ".[$(TEST_EXTRAS)]"
+	touch $@
+
+demo: $(VENV)/.demo-installed
 	$(PY) -m gemkit demo --out demo-out
 
-test: $(STAMP)
+test: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
 
-lint: $(STAMP)
+lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
 
-bench: $(STAMP)
-	$(PY) -m pip install -q gem-llm
+bench: $(VENV)/.test-installed
+	$(PIP) gem-llm
 	$(PY) bench/envs.py
 
 clean:

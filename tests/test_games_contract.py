@@ -161,3 +161,14 @@ def test_guess_the_number_discount_favours_short_games():
     long = [env.step(f"\\boxed{{{w}}}")[1] for w in wrong[:5]] + [env.step(f"\\boxed{{{target}}}")[1]]
     assert discounted_first_return(short, 0.9) > discounted_first_return(long, 0.9)
     assert sum(short) == sum(long) == 1.0
+
+
+@pytest.mark.parametrize("env_id", GAME_IDS)
+def test_rules_depend_only_on_the_configuration(env_id):
+    # GameEnv builds the intro once per instance: the rules may not change with the game
+    env = gemkit.make(env_id).unwrapped
+    texts = set()
+    for s in range(4):
+        env.reset(seed=s)
+        texts.add((env.rules(), env.move_format()))
+    assert len(texts) == 1
