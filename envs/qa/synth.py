@@ -1,0 +1,127 @@
+"""`qa:Synth-v0`: train a search agent on synthesized, verified multi-hop questions.
+
+    env = gemkit.make("qa:Synth-v0", path="runs/qa")     # a `gemkit synth qa` run folder
+    env = gemkit.make("qa:Synth-v0")                      # a small set, built once and cached
+
+The env is a `QAEnv` over the run's records (answer + aliases, exact match or F1) wrapped with
+the `search` and `access` tools over the run's own corpus, so the facts a question needs are
+one search away and nowhere else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from gemkit.errors import GemkitError
+from gemkit.registry import register
+
+logger = logging.getLogger(__name__)
+
+ENV_ID = "qa:Synth-v0"
+#: the set built on first use when no path is given: small, so it takes seconds, not minutes
+DEFAULT_SET = {"n": 32, "world_size": 1500, "seed": 0, "min_inject": 3, "min_fuzz": 1}
+
+
+def cache_dir() -> Path:
+    """Where the default set lives: `$GEMKIT_CACHE_DIR/synth-qa` or ~/.cache/gemkit/synth-qa."""
+    root = os.environ.get("GEMKIT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gemkit")
+    return Path(root) / "synth-qa"
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    # two processes building the same default set would both append to its qa.jsonl
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock (the run itself still resumes safely alone)
+        yield
+        return
+    with (folder / ".lock").open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def default_set(folder: str | os.PathLike[str] | None = None, **overrides: Any) -> Path:
+    """The folder of the default set, synthesized on first use (offline, rule-based agent)."""
+    from gemkit.synth.qa.run import RunConfig, read_records, run
+
+    settings = {**DEFAULT_SET, **overrides}
+    name = "-".join(f"{k}{v}" for k, v in sorted(settings.items()))
+    out = Path(folder) if folder is not None else cache_dir() / name
+    with _locked(out):
+        if len(read_records(out)) < settings["n"]:
+            logger.info("building the %s question set in %s", ENV_ID, out)
+            run(out, RunConfig(**settings), export=False)
+    return out
+
+
+def load_synth_records(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], Path | None]:
+    """Records of a run folder or qa.jsonl file as `{id, question, answer, aliases}`, and its corpus."""
+    path = Path(path).expanduser()
+    qa = path / "qa.jsonl" if path.is_dir() else path
+    if not qa.is_file():
+        raise GemkitError(
+            f"{str(path)!r} is not a synth QA run: expected a folder made by `gemkit synth qa "
+            "--out DIR` (holding qa.jsonl and corpus.jsonl) or a qa.jsonl file"
+        )
+    records = []
+    with qa.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                records.append({"id": r["id"], "question": r["question"], "answer": r["answer"],
+                                "aliases": list(r.get("answer_aliases") or [])})
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                if n > 1 and not line.endswith("\n"):
+                    break  # a run still writing (or killed mid-line): its last line is torn
+                raise GemkitError(f"{qa}, line {n}: not a synth QA record ({e})") from None
+    corpus = qa.parent / "corpus.jsonl"
+    return records, corpus if corpus.is_file() else None
+
+
+def synth(path: str | os.PathLike[str] | None = None, *, corpus: str | os.PathLike[str] | None = None,
+          reward: str = "f1", tools: bool = True, topk: int = 3, max_tool_uses: int = 20,
+          **set_options: Any) -> Any:
+    """`qa:Synth-v0`: a QA env over a synthesized set, with search/access over its corpus."""
+    from gemkit.envs.qa.env import QAEnv
+
+    if path is None:
+        path = default_set(**set_options)
+    elif set_options:
+        raise GemkitError(f"options {sorted(set_options)} only apply to the default set (no path=)")
+    records, found = load_synth_records(path)
+    corpus = corpus or found
+    env = QAEnv(records, reward=reward, corpus_path=corpus)
+    if not tools:
+        return env
+    if corpus is None:
+        raise GemkitError(f"no corpus.jsonl next to {path}; pass corpus='docs.jsonl' or tools=False")
+    from gemkit.tools.search import search_tools
+    from gemkit.tools.wrapper import ToolEnvWrapper
+
+    return ToolEnvWrapper(env, search_tools(corpus, topk=topk), max_tool_uses=max_tool_uses)
+
+
+def register_synth() -> None:
+    """Register `qa:Synth-v0` (called from `gemkit.envs.qa`)."""
+    register(
+        ENV_ID,
+        "gemkit.envs.qa.synth:synth",
+        description="Synthesized multi-hop questions (inject/fuzz, verified) with search and "
+        "access tools over their corpus; F1 or exact-match reward.",
+        tags=("qa", "search", "multi-turn", "synthetic"),
+        override=True,
+    )

@@ -1,0 +1,148 @@
+"""`--llm` mode: an OpenAI-compatible model chooses each edit and rewrites the question.
+
+The state, the tools and the verification are the rule agent's: candidates (injections found
+with the search tool, fuzzes) are computed the same way and shown to the model as numbered
+options; the model replies `{"choice": n, "question": "..."}`. The chosen option updates the
+logical form, the model's text becomes the question, and the edit is kept only if the text
+passes the form checks (and no longer states what it replaced) and the form stays unique.
+Difficulty adds k closed-book samples of the model, graded against the answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+import numpy as np
+
+from gemkit.synth.qa.agent import AgentConfig, QAState, RuleAgent
+from gemkit.synth.qa.edits import Candidate
+from gemkit.synth.qa.logic import get, mentions, node_text
+from gemkit.synth.qa.solver import grade
+from gemkit.synth.world.world import World
+from gemkit.tools.search import SearchTool
+
+logger = logging.getLogger(__name__)
+
+EDIT_SYSTEM = (
+    "You make trivia questions harder without making them ambiguous. You are shown a question, "
+    "its answer (never write the answer), and numbered edit options. Each option replaces one "
+    "phrase of the question: INJECT replaces a name by a description taken from a fact, FUZZ "
+    "blurs a detail. Pick one option and rewrite the whole question with that replacement, as "
+    "one natural, grammatical English question ending with '?'. Keep every other detail. "
+    'Reply with JSON only: {"choice": <option number>, "question": "<rewritten question>"}'
+)
+CLOSED_BOOK_SYSTEM = "Answer the question with the name only, no explanation. Guess if unsure."
+_JSON = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def option_lines(state: QAState, options: list[Candidate], refs: dict[str, str]) -> list[str]:
+    """The numbered options as the model sees them: op, phrase replaced, replacement, fact."""
+    lines = []
+    for i, c in enumerate(options, 1):
+        rel = get(state.lf, c.path[:-1])["where"][c.path[-1]]["rel"] if c.path else ""
+        before = node_text(get(state.lf, c.path), rel, refs)
+        after = node_text(c.new, rel, refs)
+        fact = f" (fact: {c.mention[1]})" if c.mention else ""
+        lines.append(f'{i}. {c.op.upper()}: replace "{before}" with "{after}"{fact}')
+    return lines
+
+
+def parse_reply(text: str, n_options: int) -> tuple[int, str] | None:
+    """`(option index, question)` from the model's JSON reply, or None when it is unusable."""
+    m = _JSON.search(text or "")
+    if not m:
+        return None
+    try:
+        data = json.loads(m.group(0))
+        choice, question = int(data["choice"]), str(data["question"]).strip()
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+        return None
+    if not 1 <= choice <= n_options or not question:
+        return None
+    return choice - 1, question
+
+
+class LLMAgent(RuleAgent):
+    """The rule agent's state and tools, with a model choosing and rewriting each edit."""
+
+    def __init__(self, world: World, search: SearchTool, base_url: str, model: str | None,
+                 config: AgentConfig | None = None, *, client: Any = None, options: int = 6,
+                 temperature: float = 0.7):
+        super().__init__(world, search, config)
+        if client is None:
+            from gemkit.llm import LLMClient
+
+            client = LLMClient(base_url=base_url, model=model, max_retries=3)
+        self.client = client
+        self.options = options
+        self.temperature = temperature
+        self.llm_calls = 0
+        self.bad_replies = 0
+
+    async def _ask(self, messages: list[dict[str, str]], temperature: float) -> str:
+        self.llm_calls += 1
+        response = await self.client.chat(messages, temperature=temperature, max_tokens=400)
+        return response.content
+
+    async def grow(self, state: QAState, rng: np.random.Generator) -> QAState:
+        """Offer options each step; apply the model's choice with its rewritten question."""
+        cfg = self.config
+        target = {"inject": cfg.min_inject + int(rng.random() < cfg.extra_inject),
+                  "fuzz": cfg.min_fuzz + int(rng.random() < cfg.extra_fuzz)}
+        failures = 0
+        for _ in range(cfg.max_steps):
+            need_inject = target["inject"] - state.n_inject
+            need_fuzz = target["fuzz"] - state.n_fuzz
+            if (need_inject <= 0 and need_fuzz <= 0) or failures >= 4:
+                break
+            options: list[Candidate] = []
+            if need_inject > 0:
+                options += (await self.inject_options(state, rng, want_entity=need_inject > 1))[: self.options // 2]
+            if need_fuzz > 0:
+                keep = 1 if need_inject > 0 else 0
+                options += self.fuzz_options(state, rng, keep)[: self.options - len(options)]
+            if not options:
+                break
+            lines = option_lines(state, options, self.refs)
+            prompt = (f"Question: {state.question}\nAnswer (do not reveal): {state.answer}\n\n"
+                      "Options:\n" + "\n".join(lines))
+            text = await self._ask([{"role": "system", "content": EDIT_SYSTEM},
+                                    {"role": "user", "content": prompt}], self.temperature)
+            parsed = parse_reply(text, len(options))
+            if parsed is None:
+                self.bad_replies += 1
+                failures += 1
+                state.rejected.append({"op": "?", "before": "", "after": "", "fact": None,
+                                       "stage": "quality", "reason": f"unusable model reply: {text[:80]!r}"})
+                continue
+            choice, question = parsed
+            cand = options[choice]
+            before = node_text(get(state.lf, cand.path), self._holder_rel(state.lf, cand.path), self.refs)
+            if mentions(question, before):
+                failures += 1
+                state.rejected.append({"op": cand.op, "before": before, "after": "", "fact": None,
+                                       "stage": "quality", "reason": "the rewrite still states the replaced phrase"})
+                continue
+            if not self.try_edit(state, cand, question=question):
+                failures += 1
+        return state
+
+    async def closed_book(self, state: QAState, difficulty: dict[str, Any]) -> dict[str, Any]:
+        """Add k closed-book samples of the model to the difficulty stage (all must be wrong)."""
+        k = self.config.closed_book_samples
+        answers = []
+        for _ in range(k):
+            answers.append(await self._ask([{"role": "system", "content": CLOSED_BOOK_SYSTEM},
+                                            {"role": "user", "content": state.question}], 1.0))
+        correct = sum(grade(a, state.aliases) or any(mentions(a, x) for x in state.aliases) for a in answers)
+        out = dict(difficulty)
+        out["closed_book_correct"] = difficulty["closed_book_correct"] + correct
+        out["closed_book_tries"] = difficulty["closed_book_tries"] + k
+        out["llm_closed_book"] = {"samples": answers, "correct": correct}
+        if correct:
+            out["passed"] = False
+            out["reason"] = out.get("reason") or "the model answered it without tools"
+        return out

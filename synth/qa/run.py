@@ -1,0 +1,500 @@
+"""Resumable QA synthesis runs: work item k comes from (seed, k); records are appended as they
+are made, so a killed run restarts where it stopped with no duplicate and no lost record.
+
+Layout of a run folder:
+
+    DIR/run.json        the settings (a resumed run must use the same ones)
+    DIR/corpus.jsonl    the corpus the records cite
+    DIR/qa.jsonl        kept records, one JSON object per line (append + fsync per record)
+    DIR/rejected.jsonl  rejected work items with the stage that rejected them
+    DIR/dataset/        a Hugging Face `datasets` folder of qa.jsonl, written at the end
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import multiprocessing as mp
+import os
+import shutil
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gemkit.errors import GemkitError
+from gemkit.synth.qa.agent import (
+    AgentConfig,
+    QAState,
+    RuleAgent,
+    make_seed,
+    verify_state,
+    world_refs,
+)
+from gemkit.synth.qa.logic import FactIndex
+from gemkit.synth.qa.solver import ClosedBook, ToolSolver
+from gemkit.synth.world import World, build_world
+
+logger = logging.getLogger(__name__)
+
+STAGES = ("seed", "edits", "quality", "difficulty", "uniqueness")
+
+
+@dataclass
+class RunConfig:
+    """Everything that decides which records a run makes (saved as run.json)."""
+
+    n: int = 100
+    world_size: int = 10_000
+    seed: int = 0
+    min_inject: int = 4
+    min_fuzz: int = 2
+    llm_url: str | None = None
+    model: str | None = None
+    corpus: str | None = None
+    seeds: str | None = None
+    closed_book_samples: int = 3
+    max_items_factor: int = 20  # give up after n * factor work items
+
+    def identity(self) -> dict[str, Any]:
+        """The settings a resumed run must share with the first one (n may grow)."""
+        d = asdict(self)
+        d.pop("n")
+        d.pop("max_items_factor")
+        return d
+
+
+@dataclass
+class RunStats:
+    """Totals of a run (including the records a resumed run found on disk)."""
+
+    kept: int = 0
+    items: int = 0
+    rejected: Counter = field(default_factory=Counter)  # final stage -> items
+    edit_rejections: Counter = field(default_factory=Counter)  # stage -> rejected edits
+    n_inject: list[int] = field(default_factory=list)
+    n_fuzz: list[int] = field(default_factory=list)
+    tool_calls: list[int] = field(default_factory=list)
+    closed_book_correct: int = 0
+    closed_book_tries: int = 0
+    seconds: float = 0.0
+
+    def add(self, outcome: dict[str, Any]) -> None:
+        """Count one work item's outcome (a record, or a rejection)."""
+        self.items += 1
+        for e in outcome.get("rejected_edits", ()):
+            self.edit_rejections[e["stage"]] += 1
+        diff = (outcome.get("verification") or {}).get("difficulty") or {}
+        self.closed_book_correct += int(diff.get("closed_book_correct") or 0)
+        self.closed_book_tries += int(diff.get("closed_book_tries") or 0)
+        if outcome.get("rejected_stage"):
+            self.rejected[outcome["rejected_stage"]] += 1
+            return
+        self.kept += 1
+        self.n_inject.append(outcome["n_inject"])
+        self.n_fuzz.append(outcome["n_fuzz"])
+        self.tool_calls.append(diff.get("tool_calls", 0))
+
+    def summary(self) -> dict[str, Any]:
+        """Means and rates for tables and benchmarks."""
+        def mean(xs: list[int]) -> float:
+            return float(np.mean(xs)) if xs else 0.0
+        return {
+            "kept": self.kept,
+            "items": self.items,
+            "rejected": dict(self.rejected),
+            "edit_rejections": dict(self.edit_rejections),
+            "mean_inject": round(mean(self.n_inject), 3),
+            "mean_fuzz": round(mean(self.n_fuzz), 3),
+            "mean_tool_calls": round(mean(self.tool_calls), 2),
+            "closed_book_accuracy": round(self.closed_book_correct / self.closed_book_tries, 4)
+            if self.closed_book_tries else 0.0,
+        }
+
+
+# -- one work item ------------------------------------------------------------------------------
+
+
+class InlineBackend:
+    """A `SearchIndex` queried on the calling thread.
+
+    A synthesis worker runs one item at a time, so the thread hop of the default backend
+    (which keeps an event loop serving many episodes responsive) would only add latency.
+    """
+
+    def __init__(self, index: Any):
+        self.index = index
+
+    async def search(self, query: str, topk: int) -> list[dict[str, Any]]:
+        """The docs for `query`, best first."""
+        return self.index.search(query, topk)
+
+    async def access(self, url_or_id: str) -> dict[str, Any] | None:
+        """The full doc at `url_or_id`, or None."""
+        return self.index.access(url_or_id)
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+
+class Synthesizer:
+    """Makes the record of work item k: seed, edits, verification (one per process)."""
+
+    def __init__(self, world: World | None, corpus: Path, config: RunConfig,
+                 index_dir: Path | None = None):
+        from gemkit.search.index import SearchIndex
+        from gemkit.tools.search import AccessTool, SearchTool
+
+        self.world = world
+        self.config = config
+        self.corpus_name = str(config.corpus or "world")
+        self.index = SearchIndex.open(corpus, cache_dir=index_dir)
+        self.search = SearchTool(backend=InlineBackend(self.index))
+        self.access = AccessTool(backend=self.search.backend)
+        self.agent_config = AgentConfig(min_inject=config.min_inject, min_fuzz=config.min_fuzz,
+                                        closed_book_samples=config.closed_book_samples)
+        self.seeds: list[dict[str, Any]] | None = None
+        if config.seeds:
+            from gemkit.synth.qa.outside import read_seeds
+
+            self.seeds = read_seeds(config.seeds)
+        else:
+            assert world is not None
+            self.facts = FactIndex.of_world(world)
+            self.closed_book = ClosedBook(world, samples=config.closed_book_samples)
+            self.solver = ToolSolver(self.search, self.access,
+                                     max_calls=self.agent_config.solver_max_calls)
+        self.agent = self._make_agent()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _make_agent(self) -> Any:
+        if self.seeds is not None:
+            from gemkit.llm import LLMClient
+            from gemkit.synth.qa.outside import OutsideAgent
+
+            client = LLMClient(base_url=self.config.llm_url, model=self.config.model, max_retries=3)
+            return OutsideAgent(self.search, self.access, client, self.doc_text, self.agent_config)
+        if self.config.llm_url:
+            from gemkit.synth.qa.llm import LLMAgent
+
+            return LLMAgent(self.world, self.search, self.config.llm_url, self.config.model,
+                            self.agent_config)
+        return RuleAgent(self.world, self.search, self.agent_config)
+
+    def doc_text(self, doc_id: str) -> str | None:
+        """The text of a corpus doc, read from the index (so any corpus works)."""
+        doc = self.index.access(doc_id)
+        return None if doc is None else doc["text"]
+
+    def item_rng(self, k: int) -> np.random.Generator:
+        """The generator of work item k: a function of (seed, k) only."""
+        return np.random.default_rng([self.config.seed, 0xA5, k])
+
+    def record_id(self, k: int) -> str:
+        """The deterministic id of work item k."""
+        return f"qa-{self.config.seed}-{k:07d}"
+
+    async def amake(self, k: int) -> dict[str, Any]:
+        """Work item k, from seed to verdict: a record, or a rejection with its stage."""
+        rng = self.item_rng(k)
+        rid = self.record_id(k)
+        if self.seeds is not None:
+            return await self._amake_outside(k, rid, rng)
+        state = make_seed(self.world, self.facts, rng)
+        if state is None:
+            return {"id": rid, "k": k, "rejected_stage": "seed", "reason": "no unique seed question"}
+        await self.agent.grow(state, rng)
+        if state.n_inject < self.config.min_inject or state.n_fuzz < self.config.min_fuzz:
+            return self._rejection(rid, k, state, "edits",
+                                   f"only {state.n_inject} injections and {state.n_fuzz} fuzzes passed")
+        verification = await self.verify(state, rng)
+        for stage in ("quality", "difficulty", "uniqueness"):
+            if not verification[stage]["passed"]:
+                return self._rejection(rid, k, state, stage, verification[stage]["reason"], verification)
+        return self.record(rid, k, state, verification)
+
+    async def _amake_outside(self, k: int, rid: str, rng: np.random.Generator) -> dict[str, Any]:
+        from gemkit.synth.qa.outside import OutsideState
+
+        assert self.seeds is not None
+        seed = self.seeds[k % len(self.seeds)]
+        aliases = [seed["answer"], *seed["aliases"]]
+        state = OutsideState(seed["question"], seed["answer"], aliases,
+                             {"question": seed["question"], "answer": seed["answer"]})
+        await self.agent.grow(state, rng)
+        if state.n_inject < self.config.min_inject or state.n_fuzz < self.config.min_fuzz:
+            return self._rejection(rid, k, state, "edits",
+                                   f"only {state.n_inject} injections and {state.n_fuzz} fuzzes passed")
+        verification = await self.agent.verify(state)
+        for stage in ("quality", "difficulty", "uniqueness"):
+            if not verification[stage]["passed"]:
+                return self._rejection(rid, k, state, stage, verification[stage]["reason"], verification)
+        return self.record(rid, k, state, verification)
+
+    async def verify(self, state: QAState, rng: np.random.Generator) -> dict[str, Any]:
+        """The three stages (the LLM agent adds its closed-book samples to difficulty)."""
+        v = await verify_state(state, self.world, self.doc_text, self.closed_book, self.solver, rng)
+        extra = getattr(self.agent, "closed_book", None)
+        if extra is not None:
+            v["difficulty"] = await extra(state, v["difficulty"])
+        return v
+
+    def make(self, k: int) -> dict[str, Any]:
+        """`amake` on this process's event loop."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+        return self._loop.run_until_complete(self.amake(k))
+
+    def close(self) -> None:
+        """Close the model client's HTTP session (if any) and this process's event loop."""
+        if self._loop is None:
+            return
+        client = getattr(self.agent, "client", None)
+        if client is not None:
+            self._loop.run_until_complete(client.close())
+        self._loop.close()
+        self._loop = None
+
+    def record(self, rid: str, k: int, state: Any, verification: dict[str, Any]) -> dict[str, Any]:
+        """The record of a kept question (the schema `qa:Synth` and users read)."""
+        return {
+            "id": rid,
+            "question": state.question,
+            "answer": state.answer,
+            "answer_aliases": [a for a in state.aliases if a != state.answer],
+            "supporting_facts": [{"doc_id": s["doc_id"], "text": s["text"]} for s in state.support],
+            "edits": [{"op": e["op"], "before": e["before"], "after": e["after"], "fact": e["fact"]}
+                      for e in state.edits],
+            "n_inject": state.n_inject,
+            "n_fuzz": state.n_fuzz,
+            "verification": verification,
+            "seed": state.seed,
+            "corpus": self.corpus_name,
+            "logical_form": state.lf,
+            "answer_type": state.lf["type"] if state.lf else None,
+            "rejected_edits": state.rejected,
+            "k": k,
+        }
+
+    @staticmethod
+    def _rejection(rid: str, k: int, state: Any, stage: str, reason: str,
+                   verification: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {"id": rid, "k": k, "rejected_stage": stage, "reason": reason,
+                "question": state.question, "answer": state.answer, "n_inject": state.n_inject,
+                "n_fuzz": state.n_fuzz, "rejected_edits": state.rejected,
+                "verification": verification}
+
+
+# -- worker processes ---------------------------------------------------------------------------
+
+_WORKER: Synthesizer | None = None
+
+
+def _init_worker(world: World | None, corpus: str, config: RunConfig, index_dir: str) -> None:
+    global _WORKER
+    if world is None and not config.corpus:
+        world = build_world(config.world_size, config.seed)
+    _WORKER = Synthesizer(world, Path(corpus), config, Path(index_dir))
+
+
+def _work(k: int) -> dict[str, Any]:
+    assert _WORKER is not None
+    try:
+        return _WORKER.make(k)
+    except Exception as e:  # one broken item must not sink the run: it is logged as rejected
+        logger.exception("work item %d failed", k)
+        return {"id": _WORKER.record_id(k), "k": k, "rejected_stage": "error", "reason": repr(e)}
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Complete lines of a JSONL file; a torn last line (a killed write) is cut off the file."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    good = data.rfind(b"\n") + 1
+    if good < len(data):
+        with path.open("r+b") as f:
+            f.truncate(good)
+            f.flush()
+            os.fsync(f.fileno())
+    out = []
+    for line in data[:good].splitlines():
+        if line.strip():
+            out.append(json.loads(line))
+    return out
+
+
+def _append(f: Any, obj: dict[str, Any]) -> None:
+    f.write(json.dumps(obj, ensure_ascii=False) + "\n")
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _check_settings(out: Path, config: RunConfig) -> None:
+    path = out / "run.json"
+    ident = config.identity()
+    if path.exists():
+        old = json.loads(path.read_text())
+        diff = {k: (old.get(k), v) for k, v in ident.items() if old.get(k) != v}
+        if diff:
+            details = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in diff.items())
+            raise GemkitError(
+                f"{out} holds a run made with other settings ({details}); resume with the same "
+                "settings or write to another --out folder"
+            )
+        return
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(ident, indent=2))
+    os.replace(tmp, path)
+
+
+def prepare(out: Path, config: RunConfig) -> tuple[World | None, Path]:
+    """Build the world, write (or reuse) the corpus, and check the folder's settings."""
+    check_config(config)
+    out.mkdir(parents=True, exist_ok=True)
+    _check_settings(out, config)
+    corpus = out / "corpus.jsonl"
+    if config.corpus:
+        # an outside corpus may be a whole Wikipedia dump: link it rather than copy it
+        source = Path(config.corpus).expanduser().resolve()
+        if not corpus.exists():
+            try:
+                corpus.symlink_to(source)
+            except OSError:
+                shutil.copyfile(source, corpus)
+        return None, corpus
+    world = build_world(config.world_size, config.seed)
+    if not corpus.exists():
+        world.write_corpus(corpus)
+    return world, corpus
+
+
+def check_config(config: RunConfig) -> None:
+    """Refuse settings that cannot work together, saying what to pass instead."""
+    if (config.corpus or config.seeds) and not config.llm_url:
+        raise GemkitError("--corpus and --seeds need a model: add --llm URL --model NAME "
+                          "(the offline agent works on the procedural world only)")
+    if config.corpus and not config.seeds:
+        raise GemkitError("--corpus needs --seeds FILE: a JSONL of {\"question\", \"answer\"} seed "
+                          "questions about that corpus")
+    if config.corpus and not Path(config.corpus).expanduser().is_file():
+        raise GemkitError(f"corpus {config.corpus!r} does not exist; expected a JSONL file with one "
+                          '{"id", "title", "text", "url"} object per line')
+    if config.seeds:
+        from gemkit.synth.qa.outside import read_seeds
+
+        read_seeds(config.seeds)
+
+
+def run(out: str | os.PathLike[str], config: RunConfig, *, workers: int = 1,
+        on_item: Callable[[dict[str, Any], RunStats], None] | None = None,
+        export: bool = True) -> RunStats:
+    """Make records until `config.n` are kept; resume from what `out` already holds."""
+    import time
+
+    out = Path(out)
+    start = time.perf_counter()
+    world, corpus = prepare(out, config)
+    index_dir = out / ".index"
+    qa_path, rej_path = out / "qa.jsonl", out / "rejected.jsonl"
+    stats = RunStats()
+    done: set[int] = set()
+    for rec in _read_jsonl(qa_path) + _read_jsonl(rej_path):
+        if rec["k"] in done:
+            continue
+        done.add(rec["k"])
+        stats.add(rec)
+    # Build the index once here, so workers only open it.
+    from gemkit.search.index import SearchIndex
+
+    SearchIndex.open(corpus, cache_dir=index_dir)
+    limit = config.n * config.max_items_factor
+    todo = (k for k in range(limit) if k not in done)
+    with qa_path.open("a", encoding="utf-8") as qa_f, rej_path.open("a", encoding="utf-8") as rej_f:
+        for outcome in _outcomes(todo, world, corpus, config, index_dir, workers, stats, config.n):
+            if stats.kept >= config.n:
+                break
+            _append(rej_f if outcome.get("rejected_stage") else qa_f, outcome)
+            stats.add(outcome)
+            if on_item is not None:
+                on_item(outcome, stats)
+    stats.seconds = time.perf_counter() - start
+    if export:
+        export_dataset(out)
+    return stats
+
+
+def _outcomes(todo: Iterator[int], world: World | None, corpus: Path, config: RunConfig, index_dir: Path,
+              workers: int, stats: RunStats, n: int) -> Iterator[dict[str, Any]]:
+    """Outcomes in k order (so the kept set does not depend on the number of workers)."""
+    if workers <= 1:
+        _init_worker(world, str(corpus), config, str(index_dir))
+        assert _WORKER is not None
+        try:
+            for k in todo:
+                if stats.kept >= n:
+                    return
+                yield _work(k)
+        finally:
+            _WORKER.close()
+        return
+    ctx = mp.get_context("fork") if "fork" in mp.get_all_start_methods() else mp.get_context()
+    shared = world if ctx.get_start_method() == "fork" else None
+    if shared is not None and not config.seeds:
+        # built once here, the lookups reach every forked worker for free
+        FactIndex.of_world(world)
+        world_refs(world)
+    with ctx.Pool(workers, _init_worker, (shared, str(corpus), config, str(index_dir))) as pool:
+        batch = workers * 16
+        while stats.kept < n:
+            ks = list(itertools.islice(todo, batch))
+            if not ks:
+                return
+            for outcome in pool.imap(_work, ks, chunksize=4):
+                yield outcome
+                if stats.kept >= n:
+                    break
+
+
+def read_records(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The kept records of a run folder."""
+    return _read_jsonl(Path(out) / "qa.jsonl")
+
+
+def export_dataset(out: str | os.PathLike[str]) -> Path:
+    """Save qa.jsonl as a Hugging Face `datasets` folder at `out/dataset`.
+
+    Nested fields whose shape varies from record to record (the logical form, verification
+    details, edit history) are stored as JSON strings, so every row has one Arrow schema.
+    """
+    import datasets
+
+    out = Path(out)
+    rows = []
+    for r in read_records(out):
+        rows.append({
+            "id": r["id"],
+            "question": r["question"],
+            "answer": r["answer"],
+            "answer_aliases": list(r.get("answer_aliases") or []),
+            "supporting_facts": r["supporting_facts"],
+            "edits": json.dumps(r["edits"], ensure_ascii=False),
+            "n_inject": r["n_inject"],
+            "n_fuzz": r["n_fuzz"],
+            "verification": json.dumps(r["verification"], ensure_ascii=False),
+            "seed": r["seed"],
+            "corpus": r["corpus"],
+            "logical_form": json.dumps(r.get("logical_form"), ensure_ascii=False),
+        })
+    path = out / "dataset"
+    datasets.disable_progress_bars()  # the CLI shows its own progress; a library stays quiet
+    datasets.Dataset.from_list(rows).save_to_disk(str(path))
+    return path

@@ -1,0 +1,434 @@
+"""LLM mode: the model writes the database, the tools, the task, the solution and the verifier.
+
+The model answers with one Python program (in a ```python block) that defines:
+
+- `build_database(conn)`: create tables and insert rows through a `sqlite3` connection;
+- tool functions (typed, with a docstring) that read the global `db` connection, listed in
+  `TOOLS = [...]`;
+- `TASK = {"prompt": ..., "answer_format": ..., "constraints": [...]}`;
+- `solution(tools, task)`: may only call `tools.<tool>(...)` and compute;
+- `verify(db, answer) -> list[str]`: the violated constraints (empty when the answer passes).
+
+gemkit runs the program in the sandbox (`gemkit.sandbox`): it builds the database, runs the
+solution under the restricted runner with only a tools facade, verifies its answer, and feeds
+any error back to the model, which repairs the program. Once a level verifies, the model is
+asked for a harder version (more constraints, new tools when needed), up to the target level.
+The kept record stores the program; its tools and verifier run in the sandbox at play time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from gemkit.synth.tasks import restrict
+from gemkit.synth.tasks.base import Category, Task, Verdict
+from gemkit.tools.base import Tool, ToolResult
+
+log = logging.getLogger(__name__)
+
+_CODE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.S)
+
+SYSTEM = """You build tool-use tasks for training agents, as one Python program.
+Category: {category}: {description}
+
+Reply with ONE complete program in a ```python block that defines:
+1. build_database(conn): create tables and insert rows with the sqlite3 connection `conn`.
+2. Tool functions with type hints and a one-line docstring. They read the global `db`
+   (a sqlite3 connection to that database) and return plain data (str, numbers, lists, dicts).
+   List them in TOOLS = [tool_a, tool_b, ...].
+3. TASK = {{"prompt": "...", "answer_format": "...", "constraints": ["...", ...]}}.
+4. solution(tools, task): solves the task using ONLY tools.<tool_name>(...) calls and plain
+   computation (no imports, no database, no files, no names starting with '_').
+5. verify(db, answer): returns the list of violated constraints (strings naming each
+   constraint); an empty list means the answer is correct.
+The program may import only sqlite3, json, math, itertools at the top."""
+
+HARDER = """The program works: its solution passes its verifier. Make the task harder (level {level}):
+add or tighten constraints, update TASK, solution and verify together, and add tools if the
+current ones cannot express what the harder task needs. Reply with the whole new program."""
+
+REPAIR = """Running your program failed:
+{error}
+Fix it and reply with the whole program in one ```python block."""
+
+#: runs in the sandbox: build the database, run the solution with only the tools, verify
+HARNESS = r'''
+import base64, json, sqlite3, inspect, traceback
+RESTRICT = {restrict!r}
+PROGRAM = {program!r}
+out = {{"ok": False}}
+try:
+    rns = {{"__name__": "gk_restrict"}}
+    exec(compile(RESTRICT, "restrict.py", "exec"), rns)
+    ns = {{"__name__": "task_program"}}
+    exec(compile(PROGRAM, "program.py", "exec"), ns)
+    for name in ("build_database", "TOOLS", "TASK", "solution", "verify"):
+        if name not in ns:
+            raise NameError("the program does not define " + name)
+    conn = sqlite3.connect("task.sqlite")
+    ns["build_database"](conn)
+    conn.commit()
+    ns["db"] = conn
+    tools = {{f.__name__: f for f in ns["TOOLS"]}}
+    out["tools"] = [
+        {{"name": n, "doc": (inspect.getdoc(f) or "").split("\n")[0],
+          "params": [[p.name, getattr(p.annotation, "__name__", str(p.annotation))]
+                     for p in inspect.signature(f).parameters.values()]}}
+        for n, f in tools.items()
+    ]
+    out["task"] = ns["TASK"]
+    solution_src = {solution!r}
+    facade = rns["ToolFacade"](tools, max_calls=5000)
+    answer = rns["run_solution"](solution_src, facade, dict(ns["TASK"]), entry="solution")
+    out["answer"] = answer
+    out["violations"] = [str(v) for v in ns["verify"](conn, answer)]
+    out["ok"] = not out["violations"]
+    conn.close()
+    out["database"] = base64.b64encode(open("task.sqlite", "rb").read()).decode()
+except BaseException as e:
+    out["error"] = type(e).__name__ + ": " + str(e)
+    out["trace"] = traceback.format_exc(limit=3)[-1500:]
+print("@@RESULT@@" + json.dumps(out, default=str))
+'''
+
+#: runs one tool call or the verifier of a stored program against its database
+CALL = r'''
+import json, sqlite3
+ns = {{"__name__": "task_program"}}
+exec(compile({program!r}, "program.py", "exec"), ns)
+conn = sqlite3.connect("file:task.sqlite?mode=ro", uri=True)
+ns["db"] = conn
+out = {{}}
+try:
+    if {tool!r} is None:
+        out["violations"] = [str(v) for v in ns["verify"](conn, json.loads({payload!r}))]
+    else:
+        fn = {{f.__name__: f for f in ns["TOOLS"]}}[{tool!r}]
+        out["result"] = fn(**json.loads({payload!r}))
+except Exception as e:
+    out["error"] = type(e).__name__ + ": " + str(e)
+print("@@RESULT@@" + json.dumps(out, default=str))
+'''
+
+
+def extract_program(text: str) -> str | None:
+    """The last ```python block of a reply (or the whole reply if it parses as Python)."""
+    blocks = _CODE.findall(text or "")
+    if blocks:
+        return blocks[-1]
+    return None
+
+
+def solution_source(program: str) -> str:
+    """The source of `solution` alone (the restricted runner checks just that function)."""
+    import ast
+
+    tree = ast.parse(program)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "solution":
+            return ast.get_source_segment(program, node) or ""
+    raise ValueError("the program defines no top-level function solution(tools, task)")
+
+
+def _sandbox() -> Any:
+    from gemkit.sandbox import Sandbox
+
+    return Sandbox(timeout=20, memory_mb=512, max_output=8_000_000, workers=2)
+
+
+def _parse_result(stdout: str, stderr: str) -> dict[str, Any]:
+    marker = stdout.rfind("@@RESULT@@")
+    if marker < 0:
+        return {"ok": False, "error": (stderr or stdout or "no output")[-1500:]}
+    return json.loads(stdout[marker + len("@@RESULT@@") :])
+
+
+def run_program(program: str, sandbox: Any = None) -> dict[str, Any]:
+    """Run a model's program in the sandbox: build, solve with only tools, verify."""
+    try:
+        solution = solution_source(program)
+    except (SyntaxError, ValueError) as e:
+        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    restrict_src = Path(restrict.__file__).read_text(encoding="utf-8")
+    code = HARNESS.format(restrict=restrict_src, program=program, solution=solution)
+    sb = sandbox or _sandbox()
+    try:
+        result = sb.run_sync(code)
+    finally:
+        if sandbox is None:
+            sb.close()
+    if result.limit_hit:
+        return {"ok": False, "error": f"the program hit the sandbox's {result.limit_hit} limit"}
+    return _parse_result(result.stdout, result.stderr)
+
+
+def _feedback(result: dict[str, Any]) -> str:
+    if "error" in result:
+        return f"{result['error']}\n{result.get('trace', '')}".strip()
+    return "The solution's answer fails the verifier: " + "; ".join(result.get("violations", []))
+
+
+_JSON_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
+
+
+def tool_schemas(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`[{name, description, parameters}]` from the harness's view of the tool functions."""
+    out = []
+    for t in tools:
+        props = {}
+        for name, annotation in t["params"]:
+            kind = _JSON_TYPES.get(annotation)
+            if kind is None and annotation.startswith(("list", "List")):
+                kind = "array"
+            props[name] = {"type": kind} if kind else {}
+        out.append(
+            {
+                "name": t["name"],
+                "description": t["doc"],
+                "parameters": {
+                    "type": "object",
+                    "properties": props,
+                    "required": list(props),
+                },
+            }
+        )
+    if not any(t["name"] == "submit_result" for t in out):
+        out.append(
+            {
+                "name": "submit_result",
+                "description": "Submit the final answer; this ends the task.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"answer": {}},
+                    "required": ["answer"],
+                },
+            }
+        )
+    return out
+
+
+async def _chat(client: Any, messages: list[dict[str, str]]) -> str:
+    response = await client.chat(messages)
+    return response.content or ""
+
+
+def synthesize_with_llm(
+    config: Any,
+    category: Category,
+    tid: str,
+    db_path: Path,
+    rel: str,
+    level: int,
+    rng: np.random.Generator,
+) -> dict[str, Any] | None:
+    """Ask the model for a program, repair it until it verifies, harden it up to `level`."""
+    from gemkit.llm import LLMClient
+
+    async def converse() -> dict[str, Any] | None:
+        client = LLMClient(base_url=config.llm, model=config.model, seed=int(rng.integers(2**31)))
+        sandbox = _sandbox()
+        messages = [
+            {
+                "role": "system",
+                "content": SYSTEM.format(category=category.name, description=category.description),
+            },
+            {"role": "user", "content": f"Write the level-1 program for a {category.name} task."},
+        ]
+        good: dict[str, Any] | None = None
+        history: list[dict[str, Any]] = []
+        try:
+            current = 1
+            repairs = 0
+            while True:
+                reply = await _chat(client, messages)
+                messages.append({"role": "assistant", "content": reply})
+                program = extract_program(reply)
+                result = (
+                    run_program(program, sandbox)
+                    if program
+                    else {"ok": False, "error": "no ```python block in the reply"}
+                )
+                if result.get("ok"):
+                    good = {"program": program, "result": result, "level": current}
+                    history.append(
+                        {
+                            "level": current,
+                            "added": list(result["task"].get("constraints", [])),
+                            "tools_added": [t["name"] for t in result["tools"]],
+                            "n_valid_solutions": None,
+                            "repairs": repairs,
+                        }
+                    )
+                    if current >= level:
+                        break
+                    current += 1
+                    repairs = 0
+                    messages.append({"role": "user", "content": HARDER.format(level=current)})
+                    continue
+                repairs += 1
+                if repairs > config.max_repairs:
+                    break
+                messages.append({"role": "user", "content": REPAIR.format(error=_feedback(result))})
+        finally:
+            sandbox.close()
+            await client.close()
+        if good is None:
+            return None
+        return _record(good, history, category, tid, db_path, rel, config)
+
+    return asyncio.run(converse())
+
+
+def _record(
+    good: dict[str, Any],
+    history: list[dict[str, Any]],
+    category: Category,
+    tid: str,
+    db_path: Path,
+    rel: str,
+    config: Any,
+) -> dict[str, Any]:
+    result, program = good["result"], good["program"]
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = db_path.with_name(db_path.name + ".tmp")
+    tmp.write_bytes(base64.b64decode(result["database"]))
+    tmp.replace(db_path)
+    task = result["task"]
+    return {
+        "id": tid,
+        "category": category.name,
+        "level": good["level"],
+        "database": rel,
+        "tools": tool_schemas(result["tools"]),
+        "task": {"prompt": str(task.get("prompt", "")), "answer_format": str(task.get("answer_format", ""))},
+        "constraints": [str(c) for c in task.get("constraints", [])],
+        "verifier": {"kind": "code", "code": program, "entry": "verify"},
+        "solution": {"kind": "code", "code": solution_source(program), "entry": "solution"},
+        "reference_answer": result.get("answer"),
+        "stats": {
+            "n_valid_solutions": None,
+            "n_answers": None,
+            "valid_fraction": None,
+            "pass_at_k": None,
+        },
+        "history": history,
+        "seed": [config.seed],
+        "model": config.model,
+    }
+
+
+# -- playing code records -------------------------------------------------------------------
+
+
+class _AnyArgs(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ProgramTool(Tool):
+    """One tool of a model-written program, run in the sandbox against the task's database."""
+
+    Args = _AnyArgs
+
+    def __init__(self, runtime: CodeRuntime, schema: dict[str, Any]):
+        self.runtime = runtime
+        self.name = schema["name"]  # type: ignore[misc]
+        self.description = schema["description"]  # type: ignore[misc]
+        self.schema = schema["parameters"]
+
+    def json_schema(self) -> dict[str, Any]:
+        """The recorded parameter schema."""
+        return self.schema
+
+    async def call(self, args: BaseModel) -> ToolResult:
+        """Run the tool in the sandbox."""
+        payload = args.model_dump()
+        if self.name == "submit_result" and self.runtime.submit is not None:
+            value = next(iter(payload.values()), None)
+            return ToolResult(self.runtime.submit(value))
+        out = await asyncio.get_running_loop().run_in_executor(
+            None, self.runtime.call, self.name, payload
+        )
+        if "error" in out:
+            return ToolResult(f"Error: {self.name} raised {out['error']}", is_error=True)
+        return ToolResult(json.dumps(out.get("result"), ensure_ascii=False, default=str))
+
+    def clone(self) -> ProgramTool:
+        """Share the runtime (it holds no live resources of its own)."""
+        return self
+
+
+class CodeRuntime:
+    """Tools and verifier of one code record, each call run in the sandbox."""
+
+    def __init__(self, record: dict[str, Any], db_path: Path, submit: Any = None):
+        self.record = record
+        self.program = record["verifier"]["code"]
+        self.db_path = db_path
+        self.submit = submit
+        self._sandbox: Any = None
+
+    def _run(self, tool: str | None, payload: Any) -> dict[str, Any]:
+        if self._sandbox is None:
+            self._sandbox = _sandbox()
+        code = CALL.format(program=self.program, tool=tool, payload=json.dumps(payload))
+        result = self._sandbox.run_sync(code, files={"task.sqlite": self.db_path.read_bytes()})
+        return _parse_result(result.stdout, result.stderr)
+
+    def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Run one tool call."""
+        return self._run(name, arguments)
+
+    def tools(self) -> list[Tool]:
+        """The record's tools as gemkit tools."""
+        return [ProgramTool(self, s) for s in self.record["tools"]]
+
+    def verify(self, answer: Any) -> Verdict:
+        """Run the program's verifier on an answer."""
+        from gemkit.synth.tasks.base import parse_json_answer
+
+        data, error = parse_json_answer(answer)
+        out = self._run(None, answer if error else data)
+        if "error" in out:
+            violations = [f"verifier: the verifier raised {out['error']}"]
+        else:
+            violations = [str(v) for v in out.get("violations", [])]
+        return Verdict(not violations, violations, list(self.record["constraints"]), violations)
+
+    def close(self) -> None:
+        """Stop the sandbox."""
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+
+def code_task(record: dict[str, Any]) -> Task:
+    """The `Task` of a code record."""
+    return Task(
+        record["category"],
+        int(record["level"]),
+        {},
+        record["task"]["prompt"],
+        record["task"]["answer_format"],
+        list(record["constraints"]),
+        [t["name"] for t in record["tools"]],
+    )
+
+
+__all__ = [
+    "CodeRuntime",
+    "ProgramTool",
+    "code_task",
+    "extract_program",
+    "run_program",
+    "synthesize_with_llm",
+    "tool_schemas",
+]

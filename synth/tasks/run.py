@@ -1,0 +1,424 @@
+"""A task-synthesis run: records written as they are made, resumable, filtered by pass@k.
+
+Layout of an output folder:
+
+    DIR/tasks.jsonl      one record per kept task (append + flush + fsync, in id order)
+    DIR/rejected.jsonl   ids tried and not kept (no task, or 0 passes in k tries), with why
+    DIR/db/<id>.sqlite   each task's database
+    DIR/datasets/        the records as a Hugging Face `datasets` folder (at the end)
+
+Task `i` of a run has the id `<category>-s<seed>-<i:06d>` and its own generator seeded from
+`(seed, i)`, so a killed run started again skips what it wrote, drops a torn last line, and
+produces the same records it would have produced uninterrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures as cf
+import json
+import logging
+import multiprocessing
+import os
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gemkit.synth.tasks import get_category
+from gemkit.synth.tasks.base import Category, Synthesized, Task, TaskSynthesisError, synthesize
+
+log = logging.getLogger(__name__)
+
+TASKS_FILE = "tasks.jsonl"
+REJECTED_FILE = "rejected.jsonl"
+
+
+@dataclass
+class RunConfig:
+    """What to synthesize: category, how many tasks, levels, pass@k, where, how."""
+
+    category: str = "trip_planning"
+    n: int = 10
+    out: Path = Path("synth-tasks")
+    min_level: int = 1
+    max_level: int = 4
+    k: int = 4
+    seed: int = 0
+    workers: int = 1
+    export: bool = True
+    llm: str | None = None
+    model: str | None = None
+    max_attempts: int | None = None
+    max_repairs: int = 3
+
+    def __post_init__(self) -> None:
+        self.out = Path(self.out)
+        if self.n < 0:
+            raise TaskSynthesisError(f"-n must be >= 0, got {self.n}")
+        if not 1 <= self.min_level <= self.max_level:
+            raise TaskSynthesisError(
+                f"levels must satisfy 1 <= min-level <= max-level, got {self.min_level}, "
+                f"{self.max_level}"
+            )
+        if self.k < 0:
+            raise TaskSynthesisError(f"--k must be >= 0 (0 skips the pass@k filter), got {self.k}")
+        if self.workers < 1:
+            raise TaskSynthesisError(f"--workers must be >= 1, got {self.workers}")
+        if self.llm and not self.model:
+            raise TaskSynthesisError("--llm needs --model (the model name the server serves)")
+        get_category(self.category)  # unknown names fail here, with the known ones listed
+
+    @property
+    def attempts(self) -> int:
+        """How many task ids may be tried to keep `n` tasks."""
+        return self.max_attempts if self.max_attempts is not None else max(4, 3 * self.n)
+
+
+def task_id(category: str, seed: int, index: int) -> str:
+    """The deterministic id of task `index` of a run."""
+    return f"{category}-s{seed}-{index:06d}"
+
+
+def target_level(config: RunConfig, index: int) -> int:
+    """The level task `index` is hardened to (uniform over the run's levels)."""
+    rng = np.random.default_rng([config.seed, index, 7])
+    return int(rng.integers(config.min_level, config.max_level + 1))
+
+
+def make_record(
+    category: Category, syn: Synthesized, tid: str, database: str, seed: list[int]
+) -> dict[str, Any]:
+    """The JSON record of one synthesized task (its database lives at `database`)."""
+    task = syn.task
+    return {
+        "id": tid,
+        "category": category.name,
+        "level": task.level,
+        "database": database,
+        "tools": category.tool_schemas(task.tools),
+        "task": {
+            "prompt": task.prompt,
+            "answer_format": task.answer_format,
+            "spec": task.spec,
+        },
+        "constraints": task.constraints,
+        "verifier": {"kind": "builtin", "ref": category.verifier_ref()},
+        "solution": {"kind": "builtin", "ref": category.solution_ref()},
+        "reference_answer": syn.reference_answer,
+        "stats": {
+            "n_valid_solutions": syn.n_valid,
+            "n_answers": syn.history[-1]["n_answers"],
+            "valid_fraction": syn.history[-1]["valid_fraction"],
+            "pass_at_k": None,
+        },
+        "history": syn.history,
+        "seed": seed,
+    }
+
+
+def task_from_record(record: dict[str, Any]) -> Task:
+    """The `Task` a record describes."""
+    t = record["task"]
+    return Task(
+        category=record["category"],
+        level=int(record["level"]),
+        spec=t.get("spec", {}),
+        prompt=t["prompt"],
+        answer_format=t["answer_format"],
+        constraints=list(record["constraints"]),
+        tools=[s["name"] for s in record["tools"]],
+    )
+
+
+# -- pass@k ---------------------------------------------------------------------------------
+
+
+def pass_at_k(
+    record: dict[str, Any],
+    root: Path,
+    k: int,
+    *,
+    seed: int = 0,
+    policy_factory: Callable[[int], Any] | None = None,
+    max_steps: int = 64,
+) -> int:
+    """Play the task k times through its `toolworld:` env; return how many tries passed.
+
+    The default policy is the category's baseline agent, seeded per try.
+    """
+    from gemkit.envs.toolworld.env import make_toolworld
+    from gemkit.rollout import run_episode
+    from gemkit.synth.tasks.baselines import baseline_for
+
+    env = make_toolworld(record["category"], records=[record], root=root)
+
+    async def play() -> int:
+        passes = 0
+        for i in range(k):
+            policy = (
+                policy_factory(i) if policy_factory else baseline_for(record["category"], seed + i)
+            )
+            episode = await run_episode(env, policy, env_id=record["id"], seed=i, max_steps=max_steps)
+            if episode.error:
+                log.warning("pass@k try %d of %s failed: %s", i, record["id"], episode.error)
+            passes += int(episode.success)
+            closer = getattr(getattr(policy, "client", None), "close", None)
+            if closer is not None:  # an LLM policy's HTTP session
+                await closer()
+        return passes
+
+    try:
+        return asyncio.run(play())
+    finally:
+        env.unwrapped.close()
+
+
+# -- one task -------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What became of one task id: its record, or why it was not kept."""
+
+    index: int
+    id: str
+    record: dict[str, Any] | None = None
+    reason: str = ""
+    levels: list[int] = field(default_factory=list)
+
+
+def synthesize_one(config: RunConfig, index: int) -> Outcome:
+    """Synthesize, record and filter task `index` (runs in a worker process)."""
+    category = get_category(config.category)
+    tid = task_id(config.category, config.seed, index)
+    rel = f"db/{tid}.sqlite"
+    db_path = config.out / rel
+    rng = np.random.default_rng([config.seed, index])
+    level = target_level(config, index)
+    if config.llm:
+        from gemkit.synth.tasks.llm import synthesize_with_llm
+
+        record = synthesize_with_llm(config, category, tid, db_path, rel, level, rng)
+        if record is None:
+            db_path.unlink(missing_ok=True)
+            return Outcome(index, tid, reason="the model's code never verified")
+    else:
+        syn = synthesize(category, db_path, rng, level)
+        if syn is None:
+            db_path.unlink(missing_ok=True)
+            return Outcome(index, tid, reason="no solvable task on this database")
+        record = make_record(category, syn, tid, rel, [config.seed, index])
+    if config.k > 0:
+        factory = None
+        if config.llm:
+            factory = _llm_policy_factory(config)
+        passes = pass_at_k(
+            record, config.out, config.k, seed=config.seed * 1_000_003 + index * 101,
+            policy_factory=factory,
+        )
+        record["stats"]["pass_at_k"] = {"k": config.k, "passes": passes}
+        if passes == 0:
+            db_path.unlink(missing_ok=True)
+            return Outcome(index, tid, reason=f"0 passes in {config.k} tries")
+    return Outcome(index, tid, record=record)
+
+
+def _llm_policy_factory(config: RunConfig) -> Callable[[int], Any]:
+    from gemkit.llm import LLMClient, LLMPolicy
+
+    def factory(i: int) -> Any:
+        client = LLMClient(base_url=config.llm, model=config.model, seed=config.seed + i)
+        return LLMPolicy(client)
+
+    return factory
+
+
+# -- the files ------------------------------------------------------------------------------
+
+
+def repair_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read a JSONL file, cutting off a torn last line (an interrupted write); return records."""
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    records: list[dict[str, Any]] = []
+    good = 0
+    pos = 0
+    while pos < len(data):
+        end = data.find(b"\n", pos)
+        if end < 0:
+            break  # no newline: the last write did not finish
+        try:
+            records.append(json.loads(data[pos:end]))
+        except json.JSONDecodeError:
+            break
+        pos = good = end + 1
+    if good < len(data):
+        log.warning("%s: dropping %d bytes of a torn last line", path, len(data) - good)
+        with path.open("r+b") as f:
+            f.truncate(good)
+    return records
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    """Append one record as a line and make it durable before returning."""
+    line = json.dumps(record, ensure_ascii=False) + "\n"
+    with path.open("a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# -- the run --------------------------------------------------------------------------------
+
+
+@dataclass
+class RunSummary:
+    """The outcome of a run: kept records (old and new), rejections, and per-level figures."""
+
+    out: Path
+    records: list[dict[str, Any]]
+    rejected: int
+    new: int
+    resumed: int
+
+    def by_level(self) -> list[dict[str, Any]]:
+        """Per level: kept, mean valid answers, mean valid fraction, pass@k rate."""
+        rows = []
+        for level in sorted({r["level"] for r in self.records}):
+            rs = [r for r in self.records if r["level"] == level]
+            passes = [r["stats"]["pass_at_k"] for r in rs if r["stats"].get("pass_at_k")]
+            rows.append(
+                {
+                    "level": level,
+                    "kept": len(rs),
+                    "mean_valid": float(np.mean([r["stats"]["n_valid_solutions"] for r in rs])),
+                    "mean_fraction": float(np.mean([r["stats"]["valid_fraction"] for r in rs])),
+                    "pass_rate": (
+                        sum(p["passes"] for p in passes) / sum(p["k"] for p in passes)
+                        if passes
+                        else None
+                    ),
+                }
+            )
+        return rows
+
+
+def run_synthesis(
+    config: RunConfig, progress: Callable[[Outcome | None, int, int], None] | None = None
+) -> RunSummary:
+    """Synthesize until `config.n` tasks are kept (or attempts run out), resuming a folder.
+
+    `progress(outcome, kept, n)` is called once at the start (outcome None) and after each
+    task id is settled.
+    """
+    out = config.out
+    (out / "db").mkdir(parents=True, exist_ok=True)
+    tasks_file, rejected_file = out / TASKS_FILE, out / REJECTED_FILE
+    records = repair_jsonl(tasks_file)
+    rejected = repair_jsonl(rejected_file)
+    done = {r["id"] for r in records} | {r["id"] for r in rejected}
+    resumed = len(records)
+    kept = len(records)
+    if progress:
+        progress(None, kept, config.n)
+    todo = [
+        i
+        for i in range(config.attempts)
+        if task_id(config.category, config.seed, i) not in done
+    ]
+    new = 0
+    n_rejected = len(rejected)
+
+    def settle(o: Outcome) -> None:
+        nonlocal kept, new, n_rejected
+        if o.record is not None:
+            append_jsonl(tasks_file, o.record)
+            records.append(o.record)
+            kept += 1
+            new += 1
+        else:
+            append_jsonl(rejected_file, {"id": o.id, "reason": o.reason})
+            n_rejected += 1
+        if progress:
+            progress(o, kept, config.n)
+
+    if kept < config.n and todo:
+        if config.workers == 1:
+            for i in todo:
+                if kept >= config.n:
+                    break
+                settle(synthesize_one(config, i))
+        else:
+            _run_parallel(config, todo, settle, lambda: kept >= config.n)
+    if config.export:
+        export_datasets(out, records)
+    return RunSummary(out, records, n_rejected, new, resumed)
+
+
+def _run_parallel(
+    config: RunConfig, todo: list[int], settle: Callable[[Outcome], None], full: Callable[[], bool]
+) -> None:
+    # results are committed in id order, so the kept set is the same as a 1-worker run's
+    ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
+    window = config.workers * 2
+    with cf.ProcessPoolExecutor(max_workers=config.workers, mp_context=ctx) as pool:
+        pending: dict[int, cf.Future[Outcome]] = {}
+        queue = list(todo)
+        try:
+            while queue or pending:
+                while queue and len(pending) < window and not full():
+                    i = queue.pop(0)
+                    pending[i] = pool.submit(synthesize_one, config, i)
+                if not pending:
+                    break
+                first = min(pending)
+                outcome = pending.pop(first).result()
+                if full():
+                    break
+                settle(outcome)
+        finally:
+            for f in pending.values():
+                f.cancel()
+
+
+def export_datasets(out: Path, records: list[dict[str, Any]]) -> Path | None:
+    """Save the records as a Hugging Face `datasets` folder at `out/datasets` (nested as JSON)."""
+    try:
+        import datasets
+    except ImportError:
+        log.warning("`datasets` is not installed: skipping the export (pip install datasets)")
+        return None
+    rows = [
+        {
+            "id": r["id"],
+            "category": r["category"],
+            "level": r["level"],
+            "database": r["database"],
+            "prompt": r["task"]["prompt"],
+            "answer_format": r["task"]["answer_format"],
+            "constraints": r["constraints"],
+            "tools": json.dumps(r["tools"], ensure_ascii=False),
+            "spec": json.dumps(r["task"].get("spec", {}), ensure_ascii=False),
+            "verifier": json.dumps(r["verifier"], ensure_ascii=False),
+            "solution": json.dumps(r["solution"], ensure_ascii=False),
+            "reference_answer": json.dumps(r["reference_answer"], ensure_ascii=False),
+            "stats": json.dumps(r["stats"], ensure_ascii=False),
+            "history": json.dumps(r["history"], ensure_ascii=False),
+        }
+        for r in records
+    ]
+    target = out / "datasets"
+    datasets.disable_progress_bars()
+    datasets.Dataset.from_list(rows).save_to_disk(str(target))
+    return target
+
+
+def config_dict(config: RunConfig) -> dict[str, Any]:
+    """The config as JSON-ready data (for logs and the run's own record)."""
+    d = asdict(config)
+    d["out"] = str(config.out)
+    return d

@@ -1,0 +1,83 @@
+"""`--llm` mode end to end against the scripted OpenAI-protocol server."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from gemkit.synth.qa.llm import parse_reply
+from gemkit.synth.qa.run import RunConfig, read_records, run
+from gemkit.testing import ScriptedOpenAIServer
+
+CONFIG = {"world_size": 400, "seed": 4, "min_inject": 2, "min_fuzz": 1}
+OPTION = re.compile(r'^(\d+)\. (\w+): replace "(.*?)" with "(.*?)"', re.M)
+
+
+def rewriting_model(leak: bool = False):
+    """A scripted model: takes option 1 and applies it; answers closed-book with a fixed name."""
+
+    def reply(body: dict) -> str:
+        system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+        if "Reply with JSON" in system:
+            question = user.split("\n")[0].removeprefix("Question: ")
+            answer = re.search(r"^Answer \(do not reveal\): (.*)$", user, re.M)[1]
+            n, _, before, after = OPTION.search(user).groups()
+            new = question.replace(before, after)
+            if leak:
+                new = new[:-1] + f", like {answer}?"
+            return json.dumps({"choice": int(n), "question": new})
+        return "Nobody Knows"
+
+    return reply
+
+
+def test_llm_mode_writes_verified_records_with_model_questions_and_samples(tmp_path):
+    model = rewriting_model()
+    with ScriptedOpenAIServer(model) as srv:
+        stats = run(tmp_path, RunConfig(n=2, llm_url=srv.base_url, model="m", **CONFIG), export=False)
+        edit_requests = [r for r in srv.chat_requests if "Reply with JSON" in r.body["messages"][0]["content"]]
+    records = read_records(tmp_path)
+    assert stats.kept == 2 and len(records) == 2
+    assert edit_requests, "the model chose the edits"
+    for r in records:
+        samples = r["verification"]["difficulty"]["llm_closed_book"]["samples"]
+        assert samples == ["Nobody Knows"] * 3
+        assert r["verification"]["difficulty"]["closed_book_tries"] >= 3
+        assert r["question"].endswith("?") and r["answer"] not in r["question"]
+
+
+def test_llm_rewrites_that_leak_the_answer_are_rejected_at_quality(tmp_path):
+    with ScriptedOpenAIServer(rewriting_model(leak=True)) as srv:
+        stats = run(tmp_path, RunConfig(n=1, llm_url=srv.base_url, model="m",
+                                        max_items_factor=2, **CONFIG), export=False)
+    assert stats.kept == 0
+    assert stats.edit_rejections["quality"] > 0
+    rejected = (tmp_path / "rejected.jsonl").read_text()
+    assert "answer leaked" in rejected
+
+
+def test_a_model_that_answers_closed_book_gets_the_record_rejected(tmp_path):
+    model = rewriting_model()
+
+    def knowing(body: dict) -> str:
+        if "Reply with JSON" in body["messages"][0]["content"]:
+            return model(body)
+        return knowing.answer
+
+    with ScriptedOpenAIServer(rewriting_model()) as srv:
+        run(tmp_path / "a", RunConfig(n=1, llm_url=srv.base_url, model="m", **CONFIG), export=False)
+    (first,) = read_records(tmp_path / "a")
+    knowing.answer = first["answer"]
+    with ScriptedOpenAIServer(knowing) as srv:
+        stats = run(tmp_path / "b", RunConfig(n=1, llm_url=srv.base_url, model="m",
+                                              max_items_factor=1, **CONFIG), export=False)
+    assert stats.rejected == {"difficulty": 1}
+    assert read_records(tmp_path / "b") == []
+    assert "the model answered it without tools" in (tmp_path / "b" / "rejected.jsonl").read_text()
+
+
+def test_unusable_replies_are_refused_by_the_parser():
+    assert parse_reply('{"choice": 2, "question": "Which city?"}', 3) == (1, "Which city?")
+    assert parse_reply("sure! ```json\n{\"choice\": 1, \"question\": \"Q?\"}\n```", 1) == (0, "Q?")
+    assert parse_reply('{"choice": 9, "question": "Q?"}', 3) is None
+    assert parse_reply("no json here", 3) is None
