@@ -19,16 +19,21 @@ DEMO_GAMES = (
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `gemkit demo`."""
-    p = sub.add_parser("demo", help="run the offline demo: games with expert policies")
+    p = sub.add_parser(
+        "demo", help="run the offline demo: verified data synthesis, then games played by experts"
+    )
     p.add_argument("--out", type=Path, default=Path("demo-out"))
     p.add_argument("-n", "--episodes", type=int, default=5)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    """Play a few episodes of several games with their experts and save them."""
+    """Synthesize a small verified dataset, then play games with their expert policies."""
     from gemkit.cli.run import results_table, run_policy
+    from gemkit.cli.synth import demo_qa
     from gemkit.registry import list_envs
+
+    demo_qa(args.out / "synth-qa")
 
     known = {s.id for s in list_envs("game")}
     games = [g for g in DEMO_GAMES if g in known]
