@@ -20,5 +20,5 @@ setup(
     packages=packages,
     package_dir=package_dir,
     include_package_data=True,
-    package_data={"": ["*.txt", "*.json", "*.jsonl", "*.sh", "data/*"]},
+    package_data={"": ["*.txt", "*.json", "*.jsonl", "*.sh", "*.yaml", "data/*"]},
 )

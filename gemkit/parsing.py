@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 BOXED = "\\boxed{"
 
 
@@ -24,3 +26,15 @@ def extract_boxed(text: str, *, last: bool = True) -> str | None:
             if depth == 0:
                 return text[i:j].strip()
     return None
+
+
+_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+
+
+def extract_answer(text: str) -> str | None:
+    """The last `\\boxed{...}` or `<answer>...</answer>` in `text`, whichever comes later."""
+    boxed = extract_boxed(text)
+    tags = list(_ANSWER_TAG.finditer(text))
+    if tags and (boxed is None or tags[-1].start() > text.rfind(BOXED)):
+        return tags[-1][1].strip()
+    return boxed

@@ -532,8 +532,17 @@ def wrap_with_tools(
     """Wrap `env` in a `ToolEnvWrapper` with `tools` (objects, functions, names) and an MCP server.
 
     `mcp` is an MCP server command (string or argv list) or URL, or a list of them; its tools
-    are listed at the first reset.
+    are listed at the first reset. The names `"search"` and `"access"` use the env's own
+    corpus (`env.unwrapped.corpus_path`) when it has one.
     """
+    corpus = getattr(env.unwrapped, "corpus_path", None)
+    if corpus:
+        from gemkit.tools import resolve_tool
+
+        tools = [
+            resolve_tool(t, corpus=str(corpus)) if t in ("search", "access") else t
+            for t in tools
+        ]
     toolsets = []
     if mcp:
         try:

@@ -1,0 +1,182 @@
+"""`ReasoningGymEnv`: one reasoning-gym item per episode, scored by the dataset's own verifier."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from gemkit.core import Env, ResetResult, StepResult
+from gemkit.envs.math.records import pick_index
+from gemkit.envs.reasoning_gym.safety import refusal
+from gemkit.errors import GemkitError
+from gemkit.parsing import extract_answer
+
+log = logging.getLogger(__name__)
+
+#: default number of distinct items per env; items are generated on demand by index
+DEFAULT_SIZE = 100_000
+#: datasets that build every item when constructed get a smaller default size
+EAGER_SIZES = {"acre": 500}
+ANSWER_FORMAT = "Give your final answer inside \\boxed{} or <answer></answer>."
+#: metadata fields that hold a valid answer for datasets whose `answer` is None
+REFERENCE_FIELDS = ("possible_answer", "example_correct_answer", "example_answer")
+class ReasoningGymMissing(GemkitError, ImportError):
+    """reasoning-gym is not installed."""
+
+
+class ReasoningGymConfigError(GemkitError, ValueError):
+    """A dataset configuration reasoning-gym rejects."""
+
+
+def reference_answer(entry: dict[str, Any]) -> str | None:
+    """A correct answer for `entry`: its `answer`, or an example kept in its metadata."""
+    if entry.get("answer") is not None:
+        return str(entry["answer"])
+    meta = entry.get("metadata") or {}
+    for key in REFERENCE_FIELDS:
+        value = meta.get(key)
+        if value is not None:
+            return value if isinstance(value, str) else json.dumps(value)
+    return None
+
+
+class _Shared:
+    """Holds a dataset that clones share: items are generated from (seed, index) alone."""
+
+    def __init__(self, dataset: Any):
+        self.dataset = dataset
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Shared:
+        return self
+
+
+def _import_reasoning_gym() -> Any:
+    try:
+        import reasoning_gym
+    except ImportError as e:
+        raise ReasoningGymMissing(
+            f"rg: envs need the reasoning-gym package ({e}); install it with "
+            "`pip install gemkit[rg]`"
+        ) from None
+    return reasoning_gym
+
+
+def _dataset_names(datasets: Sequence[Any]) -> list[str]:
+    return [d if isinstance(d, str) else dict(d).get("name", "") for d in datasets]
+
+
+def _composite_specs(datasets: Sequence[Any]) -> list[Any]:
+    from reasoning_gym.composite import DatasetSpec
+
+    specs = []
+    for d in datasets:
+        d = {"name": d} if isinstance(d, str) else dict(d)
+        config = dict(d.get("config") or {})
+        specs.append(
+            DatasetSpec(name=d.get("name", ""), weight=d.get("weight", 1.0), config=config)
+        )
+    return specs
+
+
+@functools.lru_cache(maxsize=32)
+def _build(name: str, config_json: str) -> Any:
+    """One dataset per (name, config), shared by every env in the process (some load files)."""
+    rg = _import_reasoning_gym()
+    config = json.loads(config_json)
+    if name == "composite":
+        datasets = config.pop("datasets", None)
+        if not datasets:
+            raise ReasoningGymConfigError(
+                "rg:composite mixes datasets: pass datasets=, e.g. "
+                "gemkit.make('rg:composite', datasets=['leg_counting', "
+                "{'name': 'basic_arithmetic', 'weight': 2, 'config': {}}])"
+            )
+        config["datasets"] = _composite_specs(datasets)
+    try:
+        return rg.create_dataset(name, **config)
+    except (TypeError, AssertionError, ValueError) as e:
+        raise ReasoningGymConfigError(
+            f"reasoning-gym rejected the config of {name!r} {json.loads(config_json)}: {e}"
+        ) from None
+
+
+class ReasoningGymEnv(Env):
+    """A single-turn reasoning-gym task: the item's question, rewarded by `score_answer`.
+
+    `name` is a reasoning-gym dataset; `dataset_seed` and `size` fix the set of items (item
+    `i` is always the same problem), and other keyword arguments go to the dataset's config.
+    Each reset draws an item index with `self.np_random` (or takes `options={"index": i}`).
+    The reward is the dataset's score in [0, 1]; `info["success"]` is a score of 1.
+    """
+
+    def __init__(self, name: str, *, dataset_seed: int = 0, size: int | None = None, **config: Any):
+        if size is None:
+            # a composite asks each member for the same index, so its smallest member bounds it
+            members = _dataset_names(config.get("datasets") or ()) if name == "composite" else []
+            size = min(EAGER_SIZES.get(n, DEFAULT_SIZE) for n in [name, *members])
+        self.name = name
+        self.size = size
+        try:  # the JSON text keys the cache that shares one dataset per config
+            key = json.dumps({"seed": dataset_seed, "size": size, **config}, sort_keys=True)
+        except TypeError as e:
+            raise ReasoningGymConfigError(
+                f"rg:{name} config values must be numbers, strings, lists or dicts ({e})"
+            ) from None
+        self._data = _Shared(_build(name, key))
+        self.entry: dict[str, Any] | None = None
+        self.index = -1
+        self.done = False
+
+    @property
+    def dataset(self) -> Any:
+        """The reasoning-gym `ProceduralDataset` behind this env."""
+        return self._data.dataset
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
+        """Draw an item (or take `options["index"]`); the observation is its question."""
+        super().reset(seed=seed)
+        self.index = pick_index(options, self.size, self.np_random)
+        self.entry = self.dataset[self.index]
+        self.done = False
+        obs = f"{self.entry['question']}\n\n{ANSWER_FORMAT}"
+        return obs, {"index": self.index, "dataset": self.name}
+
+    def step(self, action: str) -> StepResult:
+        """Score the answer in `action` with the dataset's verifier; the episode ends."""
+        if self.entry is None or self.done:
+            info = {"success": False, "invalid": True}
+            return "The episode is over; call reset() for a new task.", 0.0, True, False, info
+        self.done = True
+        parsed = extract_answer(action) if isinstance(action, str) else None
+        info: dict[str, Any] = {
+            "answer": reference_answer(self.entry),
+            "parsed": parsed,
+            "index": self.index,
+            "dataset": self.name,
+        }
+        if not parsed:
+            info.update(success=False, invalid=True, score=0.0)
+            return f"No answer found. {ANSWER_FORMAT}", 0.0, True, False, info
+        source = (self.entry.get("metadata") or {}).get("source_dataset", self.name)
+        refused = refusal(str(source), parsed)
+        if refused:
+            info.update(success=False, score=0.0, refused=refused)
+            text = f"Incorrect: the answer was not scored because it contains {refused}."
+            return f"{text} Answer in the format the task asks for.", 0.0, True, False, info
+        try:
+            score = float(self.dataset.score_answer(parsed, self.entry))
+        except Exception:  # an upstream verifier crash on odd text must not end the run
+            log.debug("%s: score_answer failed on %r", self.name, parsed[:200], exc_info=True)
+            score = 0.0
+        info.update(success=score >= 1.0, score=score)
+        text = "Correct." if score >= 1.0 else f"Incorrect (score {score:.2f})."
+        return text, score, True, False, info
+
+    def render(self) -> str | None:
+        """The current question."""
+        return None if self.entry is None else str(self.entry["question"])
