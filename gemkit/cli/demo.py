@@ -31,9 +31,11 @@ def run(args: argparse.Namespace) -> int:
     """Synthesize a small verified dataset, then play games with their expert policies."""
     from gemkit.cli.run import results_table, run_policy
     from gemkit.cli.synth import demo_qa
+    from gemkit.cli.synth_tasks import demo_tasks
     from gemkit.registry import list_envs
 
     demo_qa(args.out / "synth-qa")
+    demo_tasks(args.out / "synth-tasks")
 
     known = {s.id for s in list_envs("game")}
     games = [g for g in DEMO_GAMES if g in known]

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from gemkit.cli.console import console
+from gemkit.cli.synth_tasks import add_tasks_parser
 from gemkit.errors import GemkitError
 
 
@@ -125,7 +126,10 @@ def demo_qa(out: Path, n: int = 5, world_size: int = 1_000) -> int:
 
 
 #: sub-subcommand name -> function registering it
-SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {"qa": add_qa}
+SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "qa": add_qa,
+    "tasks": add_tasks_parser,
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

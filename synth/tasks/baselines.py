@@ -35,7 +35,7 @@ class TripBaseline(GeneratorAgent):
     cities_per_day = 2
 
     def plan(self, prompt: str, rng: np.random.Generator) -> Plan:
-        """Gather every fact in four batches, then build the plan day by day."""
+        """Day by day: pick candidate cities, read what it needs about them, sample days."""
         spec = parse_trip_prompt(prompt)
         if spec is None:
             return []
@@ -43,55 +43,22 @@ class TripBaseline(GeneratorAgent):
         (cities,) = yield [("get_all_cities", {})]
         if isinstance(cities, ToolError) or not cities:
             return []
-        tables = ("hotels", "restaurants", "attractions")
-        lists = yield [(f"get_all_{t}_by_city", {"city": c}) for c in cities for t in tables]
-        items: dict[tuple[str, str], list[str]] = {}
-        for i, (c, t) in enumerate((c, t) for c in cities for t in tables):
-            items[(c, t)] = [] if isinstance(lists[i], ToolError) else list(lists[i])
-        keys = {
-            "hotels": ("get_infos_by_hotel", "hotel", trip_rules.HOTEL_KEYS),
-            "restaurants": ("get_infos_by_restaurant", "restaurant", trip_rules.RESTAURANT_KEYS),
-            "attractions": ("get_infos_by_attraction", "attraction", trip_rules.ATTRACTION_KEYS),
-        }
-        asks = [(c, t, name) for (c, t), names in items.items() for name in names]
-        calls = [(keys[t][0], {"info_keywords": keys[t][2], keys[t][1]: n}) for _, t, n in asks]
-        if "weather" in kinds:
-            calls += [
-                ("get_weather_by_city_date", {"city": c, "date": d})
-                for c in cities
-                for d in spec["dates"]
-            ]
-        if "metro" in kinds:
-            calls += [("get_city_transport", {"city": c}) for c in cities]
-        pairs = [(a, b) for a in cities for b in cities if a != b]
-        if "transport" in kinds:
-            calls += [("get_inter_city_transport", {"from_city": a, "to_city": b}) for a, b in pairs]
-        results = iter((yield calls))
         facts: dict[tuple[str, str], list[dict[str, Any]]] = {}
-        for c, t, name in asks:
-            info = next(results)
-            if isinstance(info, dict):
-                facts.setdefault((c, t), []).append({**info, "name": name, "city": c})
-        weather = {}
-        if "weather" in kinds:
-            for c in cities:
-                for d in spec["dates"]:
-                    w = next(results)
-                    weather[(c, d)] = w.get("condition") if isinstance(w, dict) else "sunny"
-        metro = {c: True for c in cities}
-        if "metro" in kinds:
-            for c in cities:
-                t = next(results)
-                metro[c] = bool(t.get("metro")) if isinstance(t, dict) else False
-        legs = {}
-        if "transport" in kinds:
-            for pair in pairs:
-                r = next(results)
-                legs[pair] = r if isinstance(r, list) else []
+        weather: dict[tuple[str, str], str] = {}
+        metro: dict[str, bool] = {}
+        legs: dict[tuple[str, str], list[Any]] = {}
         plan: list[dict[str, Any]] = []
         for n in range(1, spec["n_days"] + 1):
             date = spec["dates"][n - 1]
             used = {d["city"] for d in plan}
+            here = plan[-1]["city"] if plan else None
+            if here is not None and "transport" in kinds and (here, here) not in legs:
+                others = [c for c in cities if c != here]
+                got = yield [
+                    ("get_inter_city_transport", {"from_city": here, "to_city": c}) for c in others
+                ]
+                legs.update({(here, c): _list(r) for c, r in zip(others, got, strict=True)})
+                legs[(here, here)] = []
             options = (
                 [spec["start_city"]]
                 if n == 1
@@ -102,24 +69,73 @@ class TripBaseline(GeneratorAgent):
                 for c in options
                 if c not in used
                 and not (
-                    plan
-                    and trip_rules.leg_violations(
-                        spec, n, plan[-1]["city"], c, legs.get((plan[-1]["city"], c), [])
-                    )
+                    here is not None
+                    and trip_rules.leg_violations(spec, n, here, c, legs.get((here, c), []))
                 )
             ][: self.cities_per_day]
             if not options:
                 break  # dead end: submit what we have
+            yield from self._learn(spec, kinds, options, date, facts, weather, metro)
             day = None
             for city in options:
                 day = _sample_day(
-                    spec, n, city, date, facts, weather.get((city, date)), metro[city], rng,
-                    self.samples,
-                )
+                    spec, n, city, date, facts, weather.get((city, date)), metro.get(city, True),
+                    rng, self.samples,
+                )  # fmt: skip
                 if day["valid"]:
                     break
             plan.append(day["day"])
         return plan
+
+    def _learn(
+        self,
+        spec: dict[str, Any],
+        kinds: set[str],
+        cities: list[str],
+        date: str,
+        facts: dict[tuple[str, str], list[dict[str, Any]]],
+        weather: dict[tuple[str, str], str],
+        metro: dict[str, bool],
+    ) -> Plan:
+        """Read the items (and facts) of cities not seen yet, and the weather on `date`."""
+        tables = ("hotels", "restaurants", "attractions")
+        new = [c for c in cities if (c, "hotels") not in facts]
+        lists = (
+            (yield [(f"get_all_{t}_by_city", {"city": c}) for c in new for t in tables])
+            if new
+            else []
+        )
+        keys = {
+            "hotels": ("get_infos_by_hotel", "hotel", trip_rules.HOTEL_KEYS),
+            "restaurants": ("get_infos_by_restaurant", "restaurant", trip_rules.RESTAURANT_KEYS),
+            "attractions": ("get_infos_by_attraction", "attraction", trip_rules.ATTRACTION_KEYS),
+        }
+        asks = [
+            (c, t, name)
+            for i, (c, t) in enumerate((c, t) for c in new for t in tables)
+            for name in _list(lists[i])
+        ]
+        calls = [(keys[t][0], {"info_keywords": keys[t][2], keys[t][1]: m}) for _, t, m in asks]
+        wx = [c for c in cities if "weather" in kinds and (c, date) not in weather]
+        calls += [("get_weather_by_city_date", {"city": c, "date": date}) for c in wx]
+        mt = [c for c in new if "metro" in kinds]
+        calls += [("get_city_transport", {"city": c}) for c in mt]
+        if not calls:
+            return
+        results = iter((yield calls))
+        for c in new:
+            for t in tables:
+                facts.setdefault((c, t), [])
+        for c, t, name in asks:
+            info = next(results)
+            if isinstance(info, dict):
+                facts[(c, t)].append({**info, "name": name, "city": c})
+        for c in wx:
+            w = next(results)
+            weather[(c, date)] = w.get("condition", "sunny") if isinstance(w, dict) else "sunny"
+        for c in mt:
+            t = next(results)
+            metro[c] = bool(t.get("metro")) if isinstance(t, dict) else False
 
 
 def _pick(rng: np.random.Generator, items: list[Any]) -> Any:

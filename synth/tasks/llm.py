@@ -149,7 +149,10 @@ def _parse_result(stdout: str, stderr: str) -> dict[str, Any]:
     marker = stdout.rfind("@@RESULT@@")
     if marker < 0:
         return {"ok": False, "error": (stderr or stdout or "no output")[-1500:]}
-    return json.loads(stdout[marker + len("@@RESULT@@") :])
+    try:
+        return json.loads(stdout[marker + len("@@RESULT@@") :])
+    except json.JSONDecodeError:
+        return {"ok": False, "error": "the program's output could not be read back (cut short?)"}
 
 
 def run_program(program: str, sandbox: Any = None) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from gemkit.errors import GemkitError
 from gemkit.synth.tasks import get_category
 from gemkit.synth.tasks.base import Category, Synthesized, Task, TaskSynthesisError, synthesize
 
@@ -201,7 +202,14 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
     if config.llm:
         from gemkit.synth.tasks.llm import synthesize_with_llm
 
-        record = synthesize_with_llm(config, category, tid, db_path, rel, level, rng)
+        try:
+            record = synthesize_with_llm(config, category, tid, db_path, rel, level, rng)
+        except GemkitError as e:  # the endpoint failed even after retries: stop, resumable
+            db_path.unlink(missing_ok=True)
+            raise TaskSynthesisError(
+                f"task {tid}: the LLM endpoint failed ({e}); the records so far are saved, "
+                "run the same command again to resume"
+            ) from e
         if record is None:
             db_path.unlink(missing_ok=True)
             return Outcome(index, tid, reason="the model's code never verified")
@@ -354,9 +362,18 @@ def run_synthesis(
                 settle(synthesize_one(config, i))
         else:
             _run_parallel(config, todo, settle, lambda: kept >= config.n)
+    _drop_orphans(out, records)
     if config.export:
         export_datasets(out, records)
     return RunSummary(out, records, n_rejected, new, resumed)
+
+
+def _drop_orphans(out: Path, records: list[dict[str, Any]]) -> None:
+    # databases of tasks finished after the run was full, or torn by a kill, have no record
+    keep = {(out / r["database"]).resolve() for r in records}
+    for path in (out / "db").glob("*.sqlite*"):
+        if path.resolve() not in keep:
+            path.unlink(missing_ok=True)
 
 
 def _run_parallel(
