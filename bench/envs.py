@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from gemkit.core import ObservationWrapper
+from gemkit.core import Env, ObservationWrapper
 from gemkit.envs.games.guess_the_number import GuessTheNumber
 from gemkit.vector import AsyncVectorEnv, SyncVectorEnv
 
@@ -94,14 +94,24 @@ class Concat(ObservationWrapper):
         return "\n".join(self.history[-20:])
 
 
-class SleepyEnv(GuessTheNumber):
-    """An I/O-bound env: each async step awaits `latency` seconds (an LLM judge, a search)."""
+class SleepyEnv(Env):
+    """An I/O-bound env: each async step only awaits `latency` seconds (an LLM judge, a search).
+
+    Its own work is nil, so the gap to the ideal rate is the vector's overhead alone.
+    """
 
     latency = 0.02
 
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return "ready", {}
+
+    def step(self, action):
+        return "ok", 0.0, False, False, {}
+
     async def astep(self, action):
         await asyncio.sleep(self.latency)
-        return self.step(action)
+        return "ok", 0.0, False, False, {}
 
 
 def import_time(module: str) -> float:
@@ -172,25 +182,29 @@ def main() -> None:
 
     # I/O-bound: 1,024 envs each awaiting 0.02 s per step
     n, steps = 1024, 10
-    venv = AsyncVectorEnv([lambda: SleepyEnv(**GTN)] * n)
+    venv = AsyncVectorEnv([SleepyEnv] * n)
     ideal = n / SleepyEnv.latency
     ours = rate(vector_loop(venv, acts, steps), t)
     venv.close()
     theirs = None
     if gem:
-        from gem.envs.game_env.guess_the_number import GuessTheNumberEnv
+        from gem.core import Env as GemEnv
 
-        class GemSleepy(GuessTheNumberEnv):
+        class GemSleepy(GemEnv):
+            def reset(self, seed=None):
+                super().reset(seed)
+                return "ready", {}
+
             def step(self, action):
                 time.sleep(SleepyEnv.latency)
-                return super().step(action)
+                return "ok", 0.0, False, False, {}
 
         from gem.vector.async_vector_env import AsyncVectorEnv as GemAsync
 
         with contextlib.redirect_stdout(io.StringIO()):
             gvec = GemAsync(
                 env_ids=[GEM_ID] * n,
-                env_fns=[lambda: GemSleepy(min_number=1, max_number=50, max_turns=7)] * n,
+                env_fns=[GemSleepy] * n,
             )
         theirs = rate(vector_loop(gvec, acts, steps), t)
         gvec.thread_pool_executer.shutdown()

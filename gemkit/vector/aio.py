@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from gemkit.errors import VectorEnvError
-from gemkit.vector.base import SlotGen, VectorEnv, VectorStep, drive_async, drive_sync
+from gemkit.vector.base import Request, SlotGen, VectorEnv, VectorStep, drive_sync
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -17,6 +17,20 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     except ImportError:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
+
+
+def _call(env: Any, request: Request, sem: asyncio.Semaphore | None) -> Awaitable[Any]:
+    """The env call a slot asked for, as an awaitable (bounded by `sem` when given)."""
+    if request[0] == "step":
+        coro = env.astep(request[1])
+    else:
+        coro = env.areset(seed=request[1], options=request[2])
+    return coro if sem is None else _bounded(coro, sem)
+
+
+async def _bounded(coro: Awaitable[Any], sem: asyncio.Semaphore) -> Any:
+    async with sem:
+        return await coro
 
 
 class AsyncVectorEnv(VectorEnv):
@@ -43,27 +57,41 @@ class AsyncVectorEnv(VectorEnv):
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _run(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
+        """Drive every slot: sync slots directly, async ones in rounds of one `gather` each.
+
+        A round issues the pending request of every async slot at once (a step, or a reset
+        for autoreset) and feeds each result back to its slot, until every slot is done.
+        """
         results: dict[int, Any] = {}
-        pending: dict[int, SlotGen] = {}
+        pending: dict[int, tuple[SlotGen, Request]] = {}
         for i, gen in gens.items():
             if self._sync_slots[i]:
                 results[i] = drive_sync(gen, self.envs[i])
-            else:
-                pending[i] = gen
-        if pending:
-            envs = self.envs
-            if self.max_concurrency is None or self.max_concurrency >= len(pending):
-                coros = [drive_async(g, envs[i]) for i, g in pending.items()]
-            else:
-                sem = asyncio.Semaphore(self.max_concurrency)
-
-                async def bounded(i: int, gen: SlotGen) -> Any:
-                    async with sem:
-                        return await drive_async(gen, envs[i])
-
-                coros = [bounded(i, g) for i, g in pending.items()]
-            done = await asyncio.gather(*coros)
-            results.update(zip(pending, done, strict=True))
+                continue
+            try:
+                pending[i] = (gen, next(gen))
+            except StopIteration as stop:
+                results[i] = stop.value
+        envs, sem = self.envs, None
+        if self.max_concurrency is not None and self.max_concurrency < len(pending):
+            sem = asyncio.Semaphore(self.max_concurrency)
+        while pending:
+            calls = [_call(envs[i], req, sem) for i, (_, req) in pending.items()]
+            outs = await asyncio.gather(*calls, return_exceptions=True)
+            following: dict[int, tuple[SlotGen, Request]] = {}
+            for (i, (gen, _)), out in zip(pending.items(), outs, strict=True):
+                try:
+                    if isinstance(out, BaseException):
+                        if not isinstance(out, Exception):
+                            raise out  # cancellation and interrupts are not the env's error
+                        req = gen.throw(out)
+                    else:
+                        req = gen.send(out)
+                except StopIteration as stop:
+                    results[i] = stop.value
+                else:
+                    following[i] = (gen, req)
+            pending = following
         return results
 
     def _run_blocking(self, gens: dict[int, SlotGen]) -> dict[int, Any]:

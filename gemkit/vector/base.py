@@ -144,6 +144,14 @@ class VectorEnv:
 
     def _collect_step(self, results: dict[int, SlotResult]) -> VectorStep:
         n = self.num_envs
+        if len(results) == n:  # every slot stepped: build the columns in one pass each
+            rows = [results[i] for i in range(n)]
+            obs = [r[0] for r in rows]
+            infos = [r[4] for r in rows]
+            rewards = np.fromiter((r[1] for r in rows), dtype=np.float64, count=n)
+            terminated = np.fromiter((r[2] for r in rows), dtype=bool, count=n)
+            truncated = np.fromiter((r[3] for r in rows), dtype=bool, count=n)
+            return VectorStep(obs, rewards, terminated, truncated, infos)
         obs, infos = list(self._last_obs), [{"skipped": True} for _ in range(n)]
         rewards = np.zeros(n, dtype=np.float64)
         terminated = np.zeros(n, dtype=bool)
