@@ -18,8 +18,8 @@ log = logging.getLogger(__name__)
 
 #: default number of distinct items per env; items are generated on demand by index
 DEFAULT_SIZE = 100_000
-#: datasets that build every item when constructed get a smaller default size
-EAGER_SIZES = {"acre": 500}
+#: datasets that build every item up front, or cap their size, get a smaller default
+EAGER_SIZES = {"acre": 500, "word_ladder": 20_000}
 ANSWER_FORMAT = "Give your final answer inside \\boxed{} or <answer></answer>."
 #: metadata fields that hold a valid answer for datasets whose `answer` is None
 REFERENCE_FIELDS = ("possible_answer", "example_correct_answer", "example_answer")
