@@ -39,6 +39,7 @@ BUILTIN_FAMILIES: dict[str, str] = {
     "toolworld": "gemkit.envs.toolworld",
     "terminal": "gemkit.envs.terminal",
     "multiagent": "gemkit.envs.multiagent",
+    "toy": "gemkit.envs.toy",
 }
 ENTRY_POINT_GROUP = "gemkit.envs"
 

@@ -11,10 +11,13 @@ from gemkit.errors import GemkitError
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `gemkit serve` and its targets."""
-    p = sub.add_parser("serve", help="run a service (search server)")
+    p = sub.add_parser("serve", help="run a service (search server, env server)")
     p.set_defaults(func=run, serve_parser=p)
     targets = p.add_subparsers(dest="target", metavar="TARGET")
     _add_search(targets)
+    from gemkit.integrations.http_env import add_env_parser
+
+    add_env_parser(targets)
 
 
 def _add_search(targets: argparse._SubParsersAction) -> None:

@@ -1,0 +1,241 @@
+"""ReBN (REINFORCE with Return Batch Normalization) for multi-turn LLM agents, in one file.
+
+Each turn is one transition: the prompt the model saw and the action it sampled. With per-turn
+rewards r_t and a discount gamma, the return of a turn is G_t = r_t + gamma * G_{t+1}; its
+advantage is G_t normalised over every transition of the batch (`gemkit.rl.rebn_advantages`).
+No critic, no groups. The loss covers the model's own tokens only; prompt tokens (task,
+environment feedback, tool output) are masked out.
+
+    python examples/rebn.py --tiny --env toy:Copy-v0 --iterations 40
+    python examples/rebn.py --tiny --env game:GuessTheNumber-v0-easy --iterations 3
+    python examples/rebn.py --model ./Qwen3-0.6B --env game:GuessTheNumber-v0-easy --lr 1e-6
+
+`--model` is a local Hugging Face folder (nothing is downloaded); `--tiny` builds a small random
+model and a word-level tokenizer from the env's own text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from rich.console import Console
+from rich.progress import Progress
+
+import gemkit
+from gemkit.errors import GemkitError
+from gemkit.rl import rebn_advantages
+from gemkit.train.args import parse_args
+from gemkit.train.tiny import load_policy, tiny_policy
+from gemkit.train.tokens import encode_prompts, pack, policy_loss, sample, token_logprobs
+
+
+@dataclass
+class Args:
+    """ReBN: REINFORCE with return batch normalisation, one transition per turn."""
+
+    env: str = field(default="game:GuessTheNumber-v0-easy", metadata={"help": "gemkit env id"})
+    model: str | None = field(default=None, metadata={"help": "local Hugging Face model folder"})
+    tiny: bool = field(default=False, metadata={"help": "build a tiny random model locally"})
+    iterations: int = field(default=40, metadata={"help": "rollout + update rounds"})
+    num_envs: int = field(default=32, metadata={"help": "episodes per iteration (vector size)"})
+    gamma: float = field(default=0.9, metadata={"help": "discount; < 1 rewards finishing fast"})
+    lr: float | None = field(
+        default=None, metadata={"help": "learning rate (tiny 3e-3, else 1e-6)"}
+    )
+    clip: float | None = field(default=None, metadata={"help": "PPO ratio clip, e.g. 0.2"})
+    update_epochs: int = field(default=1, metadata={"help": "passes over each batch"})
+    minibatch_size: int = field(default=128, metadata={"help": "transitions per gradient step"})
+    max_new_tokens: int | None = field(default=None, metadata={"help": "tiny 4, else 256"})
+    max_prompt_tokens: int = field(default=1024, metadata={"help": "keep the newest N tokens"})
+    max_turns: int = field(default=50, metadata={"help": "cap on turns per episode"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
+    seed: int = field(default=0, metadata={"help": "seed for torch and the envs"})
+    threads: int = field(
+        default=0, metadata={"help": "torch CPU threads (0: 1 with --tiny, else torch's default)"}
+    )
+    out: str = field(default="runs/rebn", metadata={"help": "checkpoints and metrics.jsonl"})
+    save_every: int = field(default=0, metadata={"help": "checkpoint every N iterations (0: end)"})
+    device: str | None = field(
+        default=None, metadata={"help": "cuda or cpu (default: cuda if any)"}
+    )
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+
+
+@dataclass
+class Transition:
+    """One turn: the prompt tokens, the model's response tokens, and the env's reward."""
+
+    prompt: list[int]
+    response: list[int]
+    reward: float
+
+
+def rollout(envs, model, tokenizer, args: Args, seed: int) -> tuple[list[list[Transition]], dict]:
+    """Play one episode in every env slot; return each episode's transitions and stats."""
+    n = envs.num_envs
+    obs, _ = envs.reset(seed=seed)
+    episodes: list[list[Transition]] = [[] for _ in range(n)]
+    success = [False] * n
+    active = list(range(n))
+    model_s = env_s = 0.0
+    for _ in range(args.max_turns):
+        if not active:
+            break
+        t0 = time.perf_counter()
+        prompts = encode_prompts(tokenizer, [obs[i] for i in active], args.max_prompt_tokens)
+        responses = sample(
+            model,
+            prompts,
+            pad_id=tokenizer.pad_token_id,
+            eos_id=tokenizer.eos_token_id,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+        )
+        actions = tokenizer.batch_decode(responses, skip_special_tokens=True)
+        t1 = time.perf_counter()
+        step = envs.step(dict(zip(active, actions, strict=True)))
+        env_s += time.perf_counter() - t1
+        model_s += t1 - t0
+        still = []
+        for k, i in enumerate(active):
+            episodes[i].append(Transition(prompts[k], responses[k], float(step.rewards[i])))
+            obs[i] = step.observations[i]
+            if step.terminated[i] or step.truncated[i]:
+                success[i] = bool(step.infos[i].get("success", False))
+            else:
+                still.append(i)
+        active = still
+    stats = {
+        "return": float(np.mean([sum(t.reward for t in ep) for ep in episodes])),
+        "success": float(np.mean(success)),
+        "turns": float(np.mean([len(ep) for ep in episodes])),
+        "model_s": model_s,
+        "env_s": env_s,
+    }
+    return episodes, stats
+
+
+def update(model, optimizer, tokenizer, batch: list[tuple[Transition, float]], args: Args) -> dict:
+    """Policy-gradient steps on (transition, advantage) pairs; returns the mean loss stats."""
+    pad = tokenizer.pad_token_id
+    reuse = args.clip is not None or args.update_epochs > 1
+    old: list[torch.Tensor] = []
+    if reuse:  # log-probs of the policy that sampled, for the ratio in later passes
+        with torch.no_grad():
+            for start in range(0, len(batch), args.minibatch_size):
+                part = batch[start : start + args.minibatch_size]
+                ids, attn, _ = pack(
+                    [t.prompt for t, _ in part], [t.response for t, _ in part], pad, model.device
+                )
+                old.append(token_logprobs(model, ids, attn, args.temperature))
+    losses, kls = [], []
+    model.train()
+    for _ in range(args.update_epochs):
+        for j, start in enumerate(range(0, len(batch), args.minibatch_size)):
+            part = batch[start : start + args.minibatch_size]
+            ids, attn, mask = pack(
+                [t.prompt for t, _ in part], [t.response for t, _ in part], pad, model.device
+            )
+            adv = torch.tensor([a for _, a in part], dtype=torch.float32, device=model.device)
+            logp = token_logprobs(model, ids, attn, args.temperature)
+            old_logp = old[j] if reuse else logp.detach()
+            loss, stats = policy_loss(logp, old_logp, adv, mask, args.clip)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+            kls.append(stats["approx_kl"])
+    model.eval()
+    return {"loss": float(np.mean(losses)), "approx_kl": float(np.mean(kls))}
+
+
+def save(model, tokenizer, path: Path) -> None:
+    """Write a checkpoint that `--model PATH` (or any HF loader) reads back."""
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Train; return the per-iteration metrics (also written to `OUT/metrics.jsonl`)."""
+    args = parse_args(Args, argv, __doc__.splitlines()[0])
+    if args.tiny == (args.model is not None):
+        raise SystemExit("pass exactly one of --tiny or --model PATH (a local model folder)")
+    if args.threads or args.tiny:  # a tiny model runs fastest on one thread
+        torch.set_num_threads(args.threads or 1)
+    torch.manual_seed(args.seed)
+    args.lr = args.lr if args.lr is not None else (3e-3 if args.tiny else 1e-6)
+    args.max_new_tokens = args.max_new_tokens or (4 if args.tiny else 256)
+
+    # -- environment and policy --------------------------------------------------------------
+    try:  # a wrong id or model path is the user's to fix: a message, not a traceback
+        envs = gemkit.make_vec(args.env, args.num_envs, mode="sync", autoreset_mode="disabled")
+        model, tokenizer = (
+            tiny_policy(args.env, seed=args.seed) if args.tiny else load_policy(args.model)
+        )
+    except (GemkitError, OSError) as e:
+        raise SystemExit(f"error: {e}") from None
+    model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "args.json").write_text(json.dumps(asdict(args), indent=2))
+    console = Console(stderr=True)
+    history: list[dict] = []
+
+    with (
+        Progress(console=console, disable=not args.progress, transient=True) as progress,
+        (out / "metrics.jsonl").open("w") as log,
+    ):
+        task = progress.add_task("ReBN", total=args.iterations)
+        for it in range(1, args.iterations + 1):
+            # -- rollout: one episode per env slot, one transition per turn -------------------
+            t0 = time.perf_counter()
+            episodes, stats = rollout(envs, model, tokenizer, args, args.seed + it * args.num_envs)
+            rollout_s = time.perf_counter() - t0
+
+            # -- advantages: returns normalised over the whole batch (gemkit.rl) -------------
+            rewards = [[t.reward for t in ep] for ep in episodes]
+            advantages = rebn_advantages(rewards, args.gamma)
+            batch = [
+                (t, float(a)) for ep, adv in zip(episodes, advantages, strict=True)
+                for t, a in zip(ep, adv, strict=True)
+            ]  # fmt: skip
+            # minibatches mix episodes (seeded, so a run repeats exactly)
+            order = np.random.default_rng(args.seed + it).permutation(len(batch))
+            batch = [batch[k] for k in order]
+
+            # -- update ---------------------------------------------------------------------
+            t1 = time.perf_counter()
+            stats.update(update(model, optimizer, tokenizer, batch, args))
+            stats.update(
+                iteration=it,
+                transitions=len(batch),
+                rollout_s=rollout_s,
+                update_s=time.perf_counter() - t1,
+            )
+            history.append(stats)
+            log.write(json.dumps(stats) + "\n")
+            log.flush()
+            console.print(
+                f"iter {it:4d}  return {stats['return']:6.3f}  success {stats['success']:5.2f}  "
+                f"turns {stats['turns']:5.2f}  loss {stats['loss']:+.4f}  "
+                f"kl {stats['approx_kl']:.4f}  {rollout_s + stats['update_s']:5.1f}s",
+                soft_wrap=True,
+            )
+            if args.save_every and it % args.save_every == 0:
+                save(model, tokenizer, out / f"iter_{it:05d}")
+            progress.advance(task)
+    save(model, tokenizer, out / "final")
+    envs.close()
+    return history
+
+
+if __name__ == "__main__":
+    main()

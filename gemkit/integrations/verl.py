@@ -1,0 +1,206 @@
+"""verl: a gemkit env as a verl agent loop (`AgentLoopBase`), with the response mask.
+
+verl (>= 0.5, `verl.experimental.agent_loop`) hands each dataset row to an agent loop, which
+talks to the rollout server in token ids and returns an `AgentLoopOutput`: `prompt_ids`,
+`response_ids` (model tokens and env/tool tokens, in order), `response_mask` (1 = model token,
+0 = env token), optional `response_logprobs`, `reward_score` and `num_turns`.
+
+`play_episode` is that loop with the model abstracted as an async `generate(prompt_ids)`, so
+it runs (and is tested) without verl. `GemkitAgentLoop` wraps it for verl; it exists when
+verl is importable and registers itself as agent `gemkit`. Rows name their env and seed in
+`extra_info` (`verl_rows` builds them):
+
+    actor_rollout_ref.rollout.agent.default_agent_loop=gemkit   # or agent_name per row
+    # env: extra_info.env_id; seed: extra_info.seed
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gemkit.errors import GemkitError
+from gemkit.integrations.tokens import observation_text as _text
+from gemkit.integrations.tokens import prompt_ids, reply_ids
+
+#: `generate(context_ids) -> (token_ids, logprobs or None)`
+Generate = Callable[[list[int]], Awaitable[tuple[list[int], list[float] | None]]]
+
+
+@dataclass
+class EpisodeTokens:
+    """One episode as verl wants it: prompt, response with its mask and log-probs, reward."""
+
+    prompt_ids: list[int]
+    response_ids: list[int] = field(default_factory=list)
+    response_mask: list[int] = field(default_factory=list)
+    response_logprobs: list[float] | None = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    reward: float = 0.0
+    success: bool = False
+    num_turns: int = 0
+
+    def add(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
+        """Append tokens with one mask value (1 model, 0 env) and their log-probs (0 for env)."""
+        self.response_ids += list(ids)
+        self.response_mask += [mask] * len(ids)
+        if self.response_logprobs is not None:
+            if mask == 1 and logprobs is None:
+                self.response_logprobs = None  # the server did not report them
+            else:
+                self.response_logprobs += list(logprobs) if mask == 1 else [0.0] * len(ids)
+
+
+async def play_episode(
+    env: Any,
+    generate: Generate,
+    tokenizer: Any,
+    *,
+    seed: int | None = None,
+    response_length: int = 4096,
+    max_turns: int = 32,
+    gamma: float = 1.0,
+) -> EpisodeTokens:
+    """Play one episode of `env` with `generate`, keeping every token and its mask.
+
+    The context of turn k is the prompt plus all response tokens so far; model tokens are
+    masked 1 and env replies 0; the response is cut at `response_length` tokens. `reward` is
+    the discounted return of the episode (`gemkit.rl.discounted_returns`).
+    """
+    from gemkit.rl import discounted_returns
+
+    obs, _ = await env.areset(seed=seed)
+    episode = EpisodeTokens(prompt_ids=prompt_ids(tokenizer, obs))
+    for _ in range(max_turns):
+        room = response_length - len(episode.response_ids)
+        if room <= 0:
+            break
+        tokens, logprobs = await generate(episode.prompt_ids + episode.response_ids)
+        tokens = list(tokens)[:room]
+        episode.add(tokens, 1, None if logprobs is None else list(logprobs)[: len(tokens)])
+        episode.num_turns += 1
+        action = tokenizer.decode(tokens, skip_special_tokens=True)
+        obs, reward, terminated, truncated, info = await env.astep(action)
+        episode.rewards.append(float(reward))
+        if terminated or truncated:
+            episode.success = bool(info.get("success", False))
+            break
+        room = response_length - len(episode.response_ids)
+        episode.add(reply_ids(tokenizer, _text(obs))[:room], 0)
+    if episode.rewards:
+        episode.reward = float(discounted_returns(episode.rewards, gamma)[0])
+    return episode
+
+
+def verl_rows(
+    env_id: str, n: int, *, seed: int = 0, agent_name: str = "gemkit", split: str = "train"
+) -> list[dict[str, Any]]:
+    """Dataset rows for verl's `RLHFDataset` (save them as parquet): one episode seed per row.
+
+    `prompt` holds the env's first observation (verl needs a prompt column to filter lengths);
+    the agent loop itself resets the env from `extra_info`.
+    """
+    from gemkit.registry import make
+
+    env = make(env_id)
+    rows = []
+    try:
+        for k in range(n):
+            obs, _ = env.reset(seed=seed + k)
+            rows.append(
+                {
+                    "data_source": f"gemkit/{env_id}",
+                    "agent_name": agent_name,
+                    "prompt": [{"role": "user", "content": _text(obs)}],
+                    "reward_model": {"style": "rule", "ground_truth": ""},
+                    "extra_info": {"env_id": env_id, "seed": seed + k, "split": split, "index": k},
+                }
+            )
+    finally:
+        env.close()
+    return rows
+
+
+def _env_of(kwargs: dict[str, Any], default_env: str | None) -> tuple[str, int | None]:
+    extra = kwargs.get("extra_info") or {}
+    env_id = extra.get("env_id") or default_env
+    if not env_id:
+        raise GemkitError(
+            "the verl row names no env: put extra_info.env_id in the dataset (see verl_rows) "
+            "or set GemkitAgentLoop.env_id"
+        )
+    seed = extra.get("seed")
+    return str(env_id), None if seed is None else int(seed)
+
+
+def _token_output(out: Any) -> tuple[list[int], list[float] | None]:
+    """verl's server returns `TokenOutput(token_ids, log_probs)` (>= 0.5.x) or a list of ids."""
+    if hasattr(out, "token_ids"):
+        logprobs = getattr(out, "log_probs", None)
+        return list(out.token_ids), None if logprobs is None else list(logprobs)
+    return list(out), None
+
+
+try:  # verl pulls in ray, vLLM/SGLang and CUDA; the class exists only where verl does
+    from verl.experimental.agent_loop.agent_loop import (  # type: ignore[import-not-found]
+        AgentLoopBase,
+        AgentLoopOutput,
+        register,
+    )
+except ImportError:  # pragma: no cover - exercised where verl is installed
+    AgentLoopBase = None  # type: ignore[assignment,misc]
+
+if AgentLoopBase is not None:  # pragma: no cover - needs verl
+
+    @register("gemkit")
+    class GemkitAgentLoop(AgentLoopBase):
+        """Runs a gemkit env for one dataset row and returns its tokens with the response mask."""
+
+        env_id: str | None = None
+        gamma: float = 1.0
+        max_turns: int = 32
+
+        async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
+            """Play the row's env (extra_info.env_id, extra_info.seed) to the end."""
+            from gemkit.registry import make
+
+            env_id, seed = _env_of(kwargs, self.env_id)
+            request_id = uuid.uuid4().hex
+            rollout = self.config.actor_rollout_ref.rollout
+
+            async def generate(context: list[int]) -> tuple[list[int], list[float] | None]:
+                out = await self.server_manager.generate(
+                    request_id=request_id, prompt_ids=context, sampling_params=sampling_params
+                )
+                return _token_output(out)
+
+            env = make(env_id)
+            try:
+                episode = await play_episode(
+                    env,
+                    generate,
+                    self.tokenizer,
+                    seed=seed,
+                    response_length=rollout.response_length,
+                    max_turns=self.max_turns,
+                    gamma=self.gamma,
+                )
+            finally:
+                env.close()
+            return AgentLoopOutput(
+                prompt_ids=episode.prompt_ids,
+                response_ids=episode.response_ids,
+                response_mask=episode.response_mask,
+                response_logprobs=episode.response_logprobs or None,
+                reward_score=episode.reward,
+                num_turns=2 * episode.num_turns,
+                metrics={},
+                # turn_scores/tool_rewards: the keys verl's own loops always set
+                extra_fields={
+                    "success": episode.success,
+                    "turn_scores": episode.rewards,
+                    "tool_rewards": [],
+                },
+            )

@@ -1,0 +1,155 @@
+"""Token plumbing for policy-gradient trainers: prompts, sampling, packing, log-probs, loss.
+
+A *transition* is one turn: the prompt the model saw (environment and tool text, masked out
+of the loss) and the response it sampled (its own tokens, the only ones trained on).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+
+def render_prompt(tokenizer: Any, observation: str | list[dict[str, Any]]) -> str:
+    """The prompt text for an observation: the chat template when the tokenizer has one."""
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(observation, list):
+        if not template:
+            raise ValueError(
+                "chat-message observations need a tokenizer with a chat template; "
+                "use a text observation or a model whose tokenizer has `chat_template`"
+            )
+        messages = observation
+    elif template:
+        messages = [{"role": "user", "content": observation}]
+    else:
+        return observation
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def encode_prompts(
+    tokenizer: Any, observations: Sequence[Any], max_prompt_tokens: int
+) -> list[list[int]]:
+    """Token ids of each observation's prompt, keeping the newest `max_prompt_tokens` tokens."""
+    texts = [render_prompt(tokenizer, obs) for obs in observations]
+    ids = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    return [list(x[-max_prompt_tokens:]) for x in ids]
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(input_ids, attention_mask)` with rows aligned on the right (for generation)."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r) :] = 1
+    return ids, mask
+
+
+@torch.no_grad()
+def sample(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    eos_id: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+) -> list[list[int]]:
+    """Sample one response per prompt; each response ends at (and keeps) its first EOS.
+
+    Sampling is from the model's full distribution (no top-k/top-p), so the log-probs the
+    loss computes are those of the policy that acted; `temperature=0` decodes greedily.
+    """
+    ids, mask = left_pad(prompts, pad_id)
+    ids, mask = ids.to(model.device), mask.to(model.device)
+    greedy = temperature <= 0
+    out = model.generate(
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=max_new_tokens,
+        do_sample=not greedy,
+        temperature=None if greedy else temperature,
+        top_k=None if greedy else 0,
+        top_p=None if greedy else 1.0,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+    )
+    responses = []
+    for row in out[:, ids.shape[1] :].tolist():
+        cut = row.index(eos_id) + 1 if eos_id in row else len(row)
+        responses.append(row[:cut])
+    return responses
+
+
+def pack(
+    prompts: Sequence[Sequence[int]],
+    responses: Sequence[Sequence[int]],
+    pad_id: int,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`(input_ids, attention_mask, loss_mask)` of prompt+response rows, right-padded, on `device`.
+
+    `loss_mask` is 1 on response tokens only: prompt (environment, tool) tokens and padding
+    never enter the loss.
+    """
+    rows = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(rows), width), dtype=torch.long)
+    loss = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+        n = len(p) + len(r)
+        ids[i, :n] = torch.tensor(rows[i], dtype=torch.long)
+        attn[i, :n] = 1
+        loss[i, len(p) : n] = 1.0
+    if device is not None:
+        return ids.to(device), attn.to(device), loss.to(device)
+    return ids, attn, loss
+
+
+def token_logprobs(
+    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """Log-probability of each token given the ones before it, shape `(B, L)` (column 0 is 0)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+    if temperature > 0 and temperature != 1.0:
+        logits = logits / temperature
+    target = input_ids[:, 1:].unsqueeze(-1)
+    picked = logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+    return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Token-level policy-gradient loss, averaged over every response token in the batch.
+
+    `advantages` has one value per row `(B,)`, applied to each of the row's tokens. With
+    `clip` this is PPO's clipped surrogate against `old_logp` (the sampling policy); without
+    it, the plain REINFORCE gradient `-A * grad log p` (the ratio is 1 at the sampled policy).
+    """
+    adv = advantages.to(logp.dtype).unsqueeze(1)
+    ratio = torch.exp(logp - old_logp)
+    surrogate = ratio * adv
+    if clip is not None:
+        surrogate = torch.minimum(surrogate, torch.clamp(ratio, 1 - clip, 1 + clip) * adv)
+    tokens = mask.sum().clamp(min=1.0)
+    loss = -(surrogate * mask).sum() / tokens
+    with torch.no_grad():
+        log_ratio = (logp - old_logp) * mask
+        stats = {
+            "approx_kl": float(((ratio - 1) - log_ratio).mul(mask).sum() / tokens),
+            "clip_frac": float(
+                ((ratio - 1).abs() > (clip or float("inf"))).float().mul(mask).sum() / tokens
+            ),
+        }
+    return loss, stats

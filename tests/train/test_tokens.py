@@ -1,0 +1,77 @@
+"""Token plumbing: the loss sees only the model's own tokens; tiny tokenizer and model work offline."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from gemkit.train.args import parse_args
+
+torch = pytest.importorskip("torch", reason="needs the `train` extra (torch, transformers)")
+pytest.importorskip("transformers", reason="needs the `train` extra (torch, transformers)")
+
+from gemkit.train.tiny import tiny_policy, word_tokenizer  # noqa: E402
+from gemkit.train.tokens import pack, policy_loss, sample, token_logprobs  # noqa: E402
+
+
+def test_pack_masks_prompt_and_padding_out_of_the_loss():
+    ids, attn, mask = pack([[5, 6, 7], [8]], [[9, 2], [10, 11, 2]], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7, 9, 2], [8, 10, 11, 2, 0]]
+    assert attn.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]]
+    assert mask.tolist() == [[0, 0, 0, 1, 1], [0, 1, 1, 1, 0]]
+
+
+def test_plain_loss_gradient_is_minus_advantage_times_grad_logp():
+    logp = torch.tensor([[0.0, -1.0, -2.0]], requires_grad=True)
+    mask = torch.tensor([[0.0, 1.0, 1.0]])
+    loss, _ = policy_loss(logp, logp.detach(), torch.tensor([3.0]), mask)
+    loss.backward()
+    assert logp.grad.tolist() == [[0.0, -1.5, -1.5]]  # -A / number of response tokens
+
+
+def test_clipping_stops_the_gradient_once_the_ratio_leaves_the_trust_region():
+    old = torch.zeros(1, 2)
+    logp = torch.tensor([[0.0, 0.5]], requires_grad=True)  # ratio 1.65 on token 2
+    loss, stats = policy_loss(logp, old, torch.tensor([1.0]), torch.ones(1, 2), clip=0.2)
+    loss.backward()
+    assert logp.grad[0, 1] == 0.0 and logp.grad[0, 0] < 0
+    assert stats["clip_frac"] == 0.5
+
+
+def test_boxed_moves_are_single_tokens_and_unknown_words_map_to_unk():
+    tok = word_tokenizer(["Guess a number ."], actions=["\\boxed{7}", "\\boxed{12}"])
+    pieces = tok.convert_ids_to_tokens(tok("Guess \\boxed{12} zebra")["input_ids"])
+    assert pieces == ["Guess", "\\boxed{12}", "<unk>"]
+    assert tok.decode(tok("\\boxed{7}")["input_ids"]) == "\\boxed{7}"
+
+
+def test_tiny_policy_samples_responses_that_end_at_eos_and_scores_them():
+    torch.manual_seed(0)
+    model, tok = tiny_policy("game:GuessTheNumber-v0-easy", episodes=2)
+    prompts = [tok("Guess a number")["input_ids"], tok("Your guess")["input_ids"]]
+    responses = sample(model, prompts, pad_id=tok.pad_token_id, eos_id=tok.eos_token_id,
+                       max_new_tokens=3)  # fmt: skip
+    assert all(1 <= len(r) <= 3 for r in responses)
+    assert all(tok.eos_token_id not in r[:-1] for r in responses)
+    ids, attn, mask = pack(prompts, responses, tok.pad_token_id)
+    logp = token_logprobs(model, ids, attn)
+    assert logp.shape == ids.shape and bool((logp[mask.bool()] < 0).all())
+
+
+@dataclasses.dataclass
+class _Flags:
+    name: str = "x"
+    rate: float | None = None
+    fast: bool = False
+
+
+def test_parse_args_builds_the_dataclass_from_flags():
+    assert parse_args(_Flags, ["--rate", "0.5", "--fast"]) == _Flags("x", 0.5, True)
+    assert parse_args(_Flags, ["--rate", "none"]).rate is None
+
+
+def test_parse_args_rejects_a_bad_value_with_a_usage_message(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(_Flags, ["--rate", "fast"])
+    assert "--rate expects a float or 'none', got 'fast'" in capsys.readouterr().err
