@@ -340,10 +340,12 @@ def test_structured_only_results_become_json_text():
 # --- an env episode with MCP tools ------------------------------------------------------------
 
 
-def test_env_episode_uses_mcp_tools_through_make():
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_env_episode_uses_mcp_tools_through_make(transport):
     import gemkit
 
-    env = gemkit.make("game:GuessTheNumber-v0-easy", mcp=STDIO)
+    proc, spec = start_http_server() if transport == "http" else (None, STDIO)
+    env = gemkit.make("game:GuessTheNumber-v0-easy", mcp=spec)
     try:
         obs, info = env.reset(seed=0)
         assert "add" in obs and {s["function"]["name"] for s in info["tools"]} >= TOOL_NAMES
@@ -358,3 +360,5 @@ def test_env_episode_uses_mcp_tools_through_make():
         assert terminated and reward == 1.0
     finally:
         env.close()
+        if proc is not None:
+            stop(proc)
