@@ -59,6 +59,11 @@ def add_qa(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--corpus", help="an outside corpus JSONL ({id, title, text, url}); needs --seeds and --llm")
     p.add_argument("--seeds", help="a JSONL of {question, answer} seed questions; needs --llm")
     p.add_argument("--workers", type=_positive, default=1, help="worker processes (default 1)")
+    p.add_argument(
+        "--executor", choices=["process", "ray"], default="process",
+        help="run workers as local processes or as Ray tasks on a cluster",
+    )
+    p.add_argument("--ray-address", default=None, help="Ray cluster address (or RAY_ADDRESS)")
     p.set_defaults(func=run_qa)
 
 
@@ -108,7 +113,8 @@ def run_qa(args: argparse.Namespace) -> int:
             progress.update(task, completed=min(stats.kept, args.n),
                             rejected=sum(stats.rejected.values()))
 
-        stats = run(args.out, config, workers=args.workers, on_item=on_item)
+        stats = run(args.out, config, workers=args.workers, on_item=on_item,
+                    executor=args.executor, ray_address=args.ray_address)
     console.print(_table(stats, f"synth qa → {args.out}"))
     console.print(f"records: {args.out / 'qa.jsonl'}   dataset: {args.out / 'dataset'}")
     return 0

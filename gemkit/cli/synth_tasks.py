@@ -30,6 +30,11 @@ def add_tasks_parser(synth_subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("--llm", default=None, metavar="URL", help="OpenAI-compatible endpoint")
     p.add_argument("--model", default=None, help="model name for --llm")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument(
+        "--executor", choices=["process", "ray"], default="process",
+        help="run workers as local processes or as Ray tasks on a cluster",
+    )
+    p.add_argument("--ray-address", default=None, help="Ray cluster address (or RAY_ADDRESS)")
     p.add_argument("--seed", type=int, default=0, help="run seed (default 0)")
     p.add_argument("--no-export", action="store_true", help="skip the `datasets` export")
     p.set_defaults(func=run_tasks)
@@ -52,6 +57,8 @@ def run_tasks(args: argparse.Namespace) -> int:
         k=args.k,
         seed=args.seed,
         workers=args.workers,
+        executor=args.executor,
+        ray_address=args.ray_address,
         export=not args.no_export,
         llm=args.llm,
         model=args.model,
@@ -110,7 +117,7 @@ def demo_tasks(out: Path, n: int = 4) -> int:
     console.rule("[bold]task synthesis: trip planning tuples, then one toolworld episode")
     args = _argparse.Namespace(
         category="trip_planning", n=n, min_level=1, max_level=4, out=out, k=2, llm=None,
-        model=None, workers=1, seed=0, no_export=True,
+        model=None, workers=1, seed=0, no_export=True, executor="process", ray_address=None,
     )  # fmt: skip
     run_tasks(args)
     env = make("toolworld:TripPlanning-v0", path=out)

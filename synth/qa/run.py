@@ -396,8 +396,12 @@ def check_config(config: RunConfig) -> None:
 
 def run(out: str | os.PathLike[str], config: RunConfig, *, workers: int = 1,
         on_item: Callable[[dict[str, Any], RunStats], None] | None = None,
-        export: bool = True) -> RunStats:
-    """Make records until `config.n` are kept; resume from what `out` already holds."""
+        export: bool = True, executor: str = "process", ray_address: str | None = None) -> RunStats:
+    """Make records until `config.n` are kept; resume from what `out` already holds.
+
+    `executor="ray"` spreads the work items over a Ray cluster (`ray_address`, or
+    `RAY_ADDRESS`, or a local one); on several machines `out` must be on a shared filesystem.
+    """
     import time
 
     out = Path(out)
@@ -419,7 +423,12 @@ def run(out: str | os.PathLike[str], config: RunConfig, *, workers: int = 1,
     limit = config.n * config.max_items_factor
     todo = (k for k in range(limit) if k not in done)
     with qa_path.open("a", encoding="utf-8") as qa_f, rej_path.open("a", encoding="utf-8") as rej_f:
-        for outcome in _outcomes(todo, world, corpus, config, index_dir, workers, stats, config.n):
+        outcomes = (
+            _ray_outcomes(todo, corpus, config, index_dir, workers, stats, ray_address)
+            if executor == "ray"
+            else _outcomes(todo, world, corpus, config, index_dir, workers, stats, config.n)
+        )
+        for outcome in outcomes:
             if stats.kept >= config.n:
                 break
             _append(rej_f if outcome.get("rejected_stage") else qa_f, outcome)
@@ -462,6 +471,20 @@ def _outcomes(todo: Iterator[int], world: World | None, corpus: Path, config: Ru
                 yield outcome
                 if stats.kept >= n:
                     break
+
+
+def _ray_outcomes(todo: Iterator[int], corpus: Path, config: RunConfig, index_dir: Path,
+                  workers: int, stats: RunStats, address: str | None) -> Iterator[dict[str, Any]]:
+    """Outcomes in k order from Ray tasks; each Ray worker builds its world once."""
+    from gemkit.executor import get_executor
+
+    init = (None, str(corpus), config, str(index_dir))
+    with get_executor("ray", workers, initializer=_init_worker, initargs=init,
+                      address=address) as ex:
+        for outcome in ex.map(_work, todo):
+            yield outcome
+            if stats.kept >= config.n:
+                return
 
 
 def read_records(out: str | os.PathLike[str]) -> list[dict[str, Any]]:

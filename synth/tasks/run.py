@@ -15,10 +15,9 @@ produces the same records it would have produced uninterrupted.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures as cf
+import functools
 import json
 import logging
-import multiprocessing
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -49,6 +48,8 @@ class RunConfig:
     k: int = 4
     seed: int = 0
     workers: int = 1
+    executor: str = "process"  # "process", or "ray" to spread the work over a Ray cluster
+    ray_address: str | None = None
     export: bool = True
     llm: str | None = None
     model: str | None = None
@@ -68,6 +69,10 @@ class RunConfig:
             raise TaskSynthesisError(f"--k must be >= 0 (0 skips the pass@k filter), got {self.k}")
         if self.workers < 1:
             raise TaskSynthesisError(f"--workers must be >= 1, got {self.workers}")
+        if self.executor not in ("process", "ray"):
+            raise TaskSynthesisError(
+                f"--executor must be 'process' or 'ray', got {self.executor!r}"
+            )
         if self.llm and not self.model:
             raise TaskSynthesisError("--llm needs --model (the model name the server serves)")
         get_category(self.category)  # unknown names fail here, with the known ones listed
@@ -355,7 +360,7 @@ def run_synthesis(
             progress(o, kept, config.n)
 
     if kept < config.n and todo:
-        if config.workers == 1:
+        if config.workers == 1 and config.executor != "ray":
             for i in todo:
                 if kept >= config.n:
                     break
@@ -380,26 +385,14 @@ def _run_parallel(
     config: RunConfig, todo: list[int], settle: Callable[[Outcome], None], full: Callable[[], bool]
 ) -> None:
     # results are committed in id order, so the kept set is the same as a 1-worker run's
-    ctx = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")
-    window = config.workers * 2
-    with cf.ProcessPoolExecutor(max_workers=config.workers, mp_context=ctx) as pool:
-        pending: dict[int, cf.Future[Outcome]] = {}
-        queue = list(todo)
-        try:
-            while queue or pending:
-                while queue and len(pending) < window and not full():
-                    i = queue.pop(0)
-                    pending[i] = pool.submit(synthesize_one, config, i)
-                if not pending:
-                    break
-                first = min(pending)
-                outcome = pending.pop(first).result()
-                if full():
-                    break
-                settle(outcome)
-        finally:
-            for f in pending.values():
-                f.cancel()
+    from gemkit.executor import get_executor
+
+    work = functools.partial(synthesize_one, config)
+    with get_executor(config.executor, config.workers, address=config.ray_address) as ex:
+        for outcome in ex.map(work, todo):
+            if full():
+                break
+            settle(outcome)
 
 
 def export_datasets(out: Path, records: list[dict[str, Any]]) -> Path | None:
