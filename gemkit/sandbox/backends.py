@@ -84,14 +84,18 @@ def python_paths(python: str) -> list[str]:
 
 
 def shared_paths(python: str, ro_paths: list[str]) -> list[str]:
-    """Host paths bound read-only beside the system directories; refuse ones the sandbox hides."""
+    """Host paths bound read-only beside the system directories; refuse ones the sandbox hides.
+
+    Paths inside /tmp (a virtualenv in a checkout there) are bound over the sandbox's own
+    fresh /tmp; /tmp itself, /proc, /dev and the work directory cannot be shared.
+    """
     paths = [
         p
         for p in _minimal_paths([*python_paths(python), *ro_paths])
         if not any(p == s or p.startswith(s + "/") for s in SYSTEM_PATHS)
     ]
     hidden = [
-        p for p in paths if p == "/tmp" or p.startswith(("/tmp/", WORKDIR + "/", "/proc/", "/dev/"))
+        p for p in paths if p in ("/tmp", WORKDIR) or p.startswith((WORKDIR + "/", "/proc/", "/dev/"))
     ]
     if hidden:
         raise SandboxUnavailableError(
@@ -189,9 +193,13 @@ def bwrap_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[str
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
-    for path in shared_paths(python, ro_paths):
-        parents(path)
-        argv += ["--ro-bind", path, path]
+    shared = shared_paths(python, ro_paths)
+    # a virtualenv under /tmp (a CI checkout there) is bound over the sandbox's fresh /tmp below
+    in_tmp = [p for p in shared if p.startswith("/tmp/")]
+    for path in shared:
+        if path not in in_tmp:
+            parents(path)
+            argv += ["--ro-bind", path, path]
     for path in ETC_PATHS:
         if os.path.exists(path):
             parents(path)
@@ -205,6 +213,9 @@ def bwrap_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[str
         argv += ["--tmpfs", mount]
     if "--perms" not in feats:
         argv += ["--chmod", "1777", "/tmp", "--chmod", "0777", WORKDIR]
+    for path in in_tmp:
+        parents(path)
+        argv += ["--ro-bind", path, path]
     argv += ["--chdir", WORKDIR, "--clearenv"]
     for key, value in ENV.items():
         argv += ["--setenv", key, value]

@@ -865,9 +865,20 @@ def _setup_filesystem(config: dict) -> None:
             raise OSError(err, f"mount {src} on {dst}: {os.strerror(err)}")
 
     mount(None, "/", None, ms_rec | ms_private, None)
-    new = "/tmp"  # the new root is a tmpfs mounted over /tmp of this private mount namespace
+    # the new root is a tmpfs mounted, in this private mount namespace, over a host folder
+    # that holds none of the paths to bind (a virtualenv may live under /tmp)
+    ro_paths = setup["ro_paths"]
+    new = next(
+        c
+        for c in ("/tmp", "/mnt", "/media", "/srv", "/opt", "/home")
+        if os.path.isdir(c) and not any(p == c or p.startswith(c + "/") for p in ro_paths)
+    )
     mount("tmpfs", new, "tmpfs", ms_nosuid | ms_nodev, "mode=0755,size=16m")
-    for path in setup["ro_paths"]:
+    size = int(setup["disk_bytes"])
+    for path, mode in (("/tmp", "1777"), (config["workdir"], "0777")):
+        os.makedirs(new + path, mode=0o755, exist_ok=True)
+        mount("tmpfs", new + path, "tmpfs", ms_nosuid | ms_nodev, f"mode={mode},size={size}")
+    for path in ro_paths:
         target = new + path
         if os.path.islink(path):
             os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
@@ -894,10 +905,6 @@ def _setup_filesystem(config: dict) -> None:
         os.symlink(target, new + "/dev/" + link)
     os.makedirs(new + "/proc", mode=0o755)
     mount("proc", new + "/proc", "proc", ms_nosuid | ms_nodev | ms_noexec, None)
-    size = int(setup["disk_bytes"])
-    for path, mode in (("/tmp", "1777"), (config["workdir"], "0777")):
-        os.makedirs(new + path, mode=0o755, exist_ok=True)
-        mount("tmpfs", new + path, "tmpfs", ms_nosuid | ms_nodev, f"mode={mode},size={size}")
     os.chdir(new)
     if libc.syscall(int(setup["pivot_root"]), b".", b".") != 0:
         err = ctypes.get_errno()

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import tempfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -184,8 +186,27 @@ def test_a_sandbox_started_from_a_short_lived_thread_outlives_it():
 
 
 def test_a_shared_path_the_sandbox_would_hide_is_refused_with_the_reason():
-    with pytest.raises(SandboxUnavailableError, match="would be hidden inside the sandbox"):
-        Sandbox(ro_paths=("/tmp/my-venv",))
+    for path in ("/tmp", "/proc/self", "/dev/shm/venv"):
+        with pytest.raises(SandboxUnavailableError, match="would be hidden inside the sandbox"):
+            Sandbox(ro_paths=(path,))
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "unshare"])
+def test_a_folder_under_tmp_is_shared_read_only_and_the_rest_of_tmp_stays_private(backend):
+    # a CI checkout under /tmp puts the virtualenv there: it must stay usable in the sandbox
+    with tempfile.TemporaryDirectory(dir="/tmp") as shared, tempfile.NamedTemporaryFile(
+        dir="/tmp", suffix=".secret"
+    ) as secret:
+        Path(shared).chmod(0o755)  # readable by the sandbox's unprivileged uid, like a venv
+        Path(shared, "data.txt").write_text("shared text")
+        with Sandbox(backend=backend, timeout=5, workers=1, ro_paths=(shared,)) as sandbox:
+            r = sandbox.run_sync(f"print(open({shared + '/data.txt'!r}).read())")
+            assert r.stdout == "shared text\n", r
+            r = sandbox.run_sync(f"open({shared + '/data.txt'!r}, 'w').write('x')")
+            assert r.exception and ("Read-only" in r.exception or "Permission" in r.exception)
+            r = sandbox.run_sync(f"import os; print(os.path.exists({secret.name!r}))")
+            assert r.stdout == "False\n"
+        assert Path(shared, "data.txt").read_text() == "shared text"
 
 
 def test_a_sandbox_that_dies_while_idle_is_replaced_before_the_next_call():
