@@ -2,7 +2,8 @@
 
 Each slot's work is a small generator that *asks* for env calls (`("reset", seed, options)` or
 `("step", action)`) and receives their results or exceptions; the sync, asyncio and Ray vectors
-only differ in how they carry those calls out. The semantics therefore live in one place.
+only differ in how they carry those calls out (`drive_sync` here; rounds of one `gather` or one
+batched actor call there). The semantics therefore live in one place.
 """
 
 from __future__ import annotations
@@ -219,24 +220,6 @@ def drive_sync(gen: SlotGen, env: Any) -> Any:
                     result = env.step(request[1])
                 else:
                     result = env.reset(seed=request[1], options=request[2])
-            except Exception as e:  # noqa: BLE001 - handed to the slot
-                request = gen.throw(e)
-            else:
-                request = gen.send(result)
-    except StopIteration as stop:
-        return stop.value
-
-
-async def drive_async(gen: SlotGen, env: Any) -> Any:
-    """Carry out a slot's requests with the env's async methods."""
-    try:
-        request = next(gen)
-        while True:
-            try:
-                if request[0] == "step":
-                    result = await env.astep(request[1])
-                else:
-                    result = await env.areset(seed=request[1], options=request[2])
             except Exception as e:  # noqa: BLE001 - handed to the slot
                 request = gen.throw(e)
             else:
