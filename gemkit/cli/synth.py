@@ -140,7 +140,7 @@ SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `gemkit synth` and its kinds."""
-    p = sub.add_parser("synth", help="synthesize verified training data (qa, ...)")
+    p = sub.add_parser("synth", help="synthesize verified training data (qa, tasks)")
     kinds = p.add_subparsers(dest="synth_kind", metavar="KIND")
     for add in SUBCOMMANDS.values():
         add(kinds)
