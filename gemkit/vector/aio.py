@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from gemkit.errors import VectorEnvError
-from gemkit.vector.base import Request, SlotGen, VectorEnv, VectorStep, drive_sync
+from gemkit.vector.base import Request, SlotGen, VectorEnv, drive_sync
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -56,7 +56,7 @@ class AsyncVectorEnv(VectorEnv):
         self._sync_slots = [bool(getattr(e, "runs_sync", lambda: False)()) for e in self.envs]
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def _run(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
+    async def _adrive(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
         """Drive every slot: sync slots directly, async ones in rounds of one `gather` each.
 
         A round issues the pending request of every async slot at once (a step, or a reset
@@ -94,7 +94,7 @@ class AsyncVectorEnv(VectorEnv):
             pending = following
         return results
 
-    def _run_blocking(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
+    def _drive(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
         if all(self._sync_slots[i] for i in gens):
             return {i: drive_sync(g, self.envs[i]) for i, g in gens.items()}
         try:
@@ -108,43 +108,7 @@ class AsyncVectorEnv(VectorEnv):
             )
         if self._loop is None or self._loop.is_closed():
             self._loop = new_event_loop()
-        return self._loop.run_until_complete(self._run(gens))
-
-    async def areset(
-        self,
-        *,
-        seed: int | Sequence[int | None] | None = None,
-        options: dict[str, Any] | None = None,
-        indices: Sequence[int] | None = None,
-    ) -> tuple[list[str], list[dict[str, Any]]]:
-        """Reset every env (or `indices`) concurrently."""
-        plan = self._plan_reset(seed, indices)
-        gens = {i: self._reset_slot(i, s, options) for i, s in plan.items()}
-        return self._collect_reset(await self._run(gens))
-
-    async def astep(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
-        """Step every env (list) or a subset (dict index → action) concurrently."""
-        plan = self._plan_step(actions)
-        gens = {i: self._step_slot(i, a) for i, a in plan.items()}
-        return self._collect_step(await self._run(gens))
-
-    def reset(
-        self,
-        *,
-        seed: int | Sequence[int | None] | None = None,
-        options: dict[str, Any] | None = None,
-        indices: Sequence[int] | None = None,
-    ) -> tuple[list[str], list[dict[str, Any]]]:
-        """Blocking `areset`."""
-        plan = self._plan_reset(seed, indices)
-        gens = {i: self._reset_slot(i, s, options) for i, s in plan.items()}
-        return self._collect_reset(self._run_blocking(gens))
-
-    def step(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
-        """Blocking `astep`."""
-        plan = self._plan_step(actions)
-        gens = {i: self._step_slot(i, a) for i, a in plan.items()}
-        return self._collect_step(self._run_blocking(gens))
+        return self._loop.run_until_complete(self._adrive(gens))
 
     def close(self) -> None:
         """Close every env and the private event loop."""

@@ -169,6 +169,16 @@ class VectorEnv:
             infos[i] = info
         return list(self._last_obs), infos
 
+    # -- how a vector carries out the slots' requests ---------------------------------------
+
+    def _drive(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
+        """Run every slot generator to its end; return each slot's result."""
+        raise NotImplementedError
+
+    async def _adrive(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
+        """Async twin of `_drive` (default: the blocking one)."""
+        return self._drive(gens)
+
     # -- public API -----------------------------------------------------------------------
 
     def reset(
@@ -179,11 +189,37 @@ class VectorEnv:
         indices: Sequence[int] | None = None,
     ) -> tuple[list[str], list[dict[str, Any]]]:
         """Reset every env (or `indices`); return observations and infos for all slots."""
-        raise NotImplementedError
+        return self._collect_reset(self._drive(self._reset_gens(seed, options, indices)))
 
     def step(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
         """Step every env (list) or a subset (dict index → action)."""
-        raise NotImplementedError
+        return self._collect_step(self._drive(self._step_gens(actions)))
+
+    async def areset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        indices: Sequence[int] | None = None,
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """Async twin of `reset`."""
+        return self._collect_reset(await self._adrive(self._reset_gens(seed, options, indices)))
+
+    async def astep(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
+        """Async twin of `step`."""
+        return self._collect_step(await self._adrive(self._step_gens(actions)))
+
+    def _reset_gens(
+        self,
+        seed: int | Sequence[int | None] | None,
+        options: dict[str, Any] | None,
+        indices: Sequence[int] | None,
+    ) -> dict[int, SlotGen]:
+        plan = self._plan_reset(seed, indices)
+        return {i: self._reset_slot(i, s, options) for i, s in plan.items()}
+
+    def _step_gens(self, actions: Sequence[Any] | Mapping[int, Any]) -> dict[int, SlotGen]:
+        return {i: self._step_slot(i, a) for i, a in self._plan_step(actions).items()}
 
     def close(self) -> None:
         """Close every env; the vector cannot be used afterwards."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import pickle
 import time
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from gemkit.errors import VectorEnvError
 from gemkit.executor import ensure_ray
 from gemkit.vector.aio import new_event_loop
-from gemkit.vector.base import Request, SlotGen, VectorEnv, VectorStep
+from gemkit.vector.base import Request, SlotGen, VectorEnv
 
 Answer = tuple[bool, Any]
 #: one round: requests grouped by actor -> answers (or the error that sank the actor's call)
@@ -177,7 +177,7 @@ class RayVectorEnv(VectorEnv):
                     _advance(i, gens[i], answer, asked, results)
         return results
 
-    def _run(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
+    def _drive(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
         import ray
 
         rounds = self._rounds(gens)
@@ -206,7 +206,7 @@ class RayVectorEnv(VectorEnv):
         except StopIteration as stop:
             return stop.value
 
-    async def _arun(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
+    async def _adrive(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
         rounds = self._rounds(gens)
         try:
             by_actor = next(rounds)
@@ -224,44 +224,6 @@ class RayVectorEnv(VectorEnv):
                 by_actor = rounds.send(answers)
         except StopIteration as stop:
             return stop.value
-
-    # -- public API -----------------------------------------------------------------------
-
-    def reset(
-        self,
-        *,
-        seed: int | Sequence[int | None] | None = None,
-        options: dict[str, Any] | None = None,
-        indices: Sequence[int] | None = None,
-    ) -> tuple[list[str], list[dict[str, Any]]]:
-        """Reset every env (or `indices`); return observations and infos for all slots."""
-        plan = self._plan_reset(seed, indices)
-        gens = {i: self._reset_slot(i, s, options) for i, s in plan.items()}
-        return self._collect_reset(self._run(gens))
-
-    def step(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
-        """Step every env (list) or a subset (dict index → action)."""
-        plan = self._plan_step(actions)
-        gens = {i: self._step_slot(i, a) for i, a in plan.items()}
-        return self._collect_step(self._run(gens))
-
-    async def areset(
-        self,
-        *,
-        seed: int | Sequence[int | None] | None = None,
-        options: dict[str, Any] | None = None,
-        indices: Sequence[int] | None = None,
-    ) -> tuple[list[str], list[dict[str, Any]]]:
-        """Async twin of `reset` (awaits the actors' answers)."""
-        plan = self._plan_reset(seed, indices)
-        gens = {i: self._reset_slot(i, s, options) for i, s in plan.items()}
-        return self._collect_reset(await self._arun(gens))
-
-    async def astep(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
-        """Async twin of `step`."""
-        plan = self._plan_step(actions)
-        gens = {i: self._step_slot(i, a) for i, a in plan.items()}
-        return self._collect_step(await self._arun(gens))
 
     def close(self) -> None:
         """Close every env and stop the actors."""
