@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from gemkit.envs.qa.synth import register_synth
 from gemkit.registry import register
 
 _ENV = "gemkit.envs.qa.env"
@@ -22,7 +23,4 @@ register(
     description="Questions from your JSONL file or datasets folder (path=...), EM or F1 reward.",
     tags=("qa", "single-turn", "custom-data"),
 )
-
-from gemkit.envs.qa.synth import register_synth  # noqa: E402 - registers qa:Synth-v0
-
-register_synth()
+register_synth()  # qa:Synth-v0, built on a synthesized set (see gemkit.synth.qa)
