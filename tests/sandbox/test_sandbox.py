@@ -50,6 +50,23 @@ def test_an_exception_reports_its_last_line_and_a_traceback_of_the_users_code(sb
     assert "gemkit-sandbox" not in r.stderr  # the supervisor's frames are hidden
 
 
+def test_standard_streams_start_fresh_in_every_stateless_call(sb):
+    # the stream objects are built once and shared by every call: nothing a call leaves in
+    # them (unflushed output, a closed or replaced stream, text read ahead) reaches the next
+    left = sb.run_sync(
+        "import sys, os\nsys.stdout.write('left behind')\nsys.stdin.close()\n"
+        "sys.stderr = None\nos._exit(0)",
+        stdin="unread input\n",
+    )
+    assert left.stdout == "" and left.exit_code == 0
+    r = sb.run_sync(
+        "import sys\nprint(sys.stdin.read(), end='')\nprint(sys.stdout.seekable())\n"
+        "print('e', file=sys.stderr)",
+        stdin="fresh\n",
+    )
+    assert (r.stdout, r.stderr) == ("fresh\nFalse\n", "e\n")
+
+
 def test_finished_means_the_code_reached_its_last_line(sb):
     assert sb.run_sync("x = 1").finished
     for early in ("import sys\nsys.exit(0)", "import os\nos._exit(0)", "raise ValueError"):
