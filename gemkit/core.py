@@ -8,7 +8,9 @@ import string
 from typing import Any, SupportsFloat
 
 import gymnasium
+import numpy as np
 from gymnasium.spaces import Text
+from gymnasium.utils import seeding
 
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 ResetResult = tuple[str, dict[str, Any]]
@@ -55,8 +57,56 @@ class Env(gymnasium.Env[str, str]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetResult:
         """Start an episode; return the first observation (the task) and an info dict."""
-        super().reset(seed=seed)
+        if seed is not None:
+            if not isinstance(seed, int) or seed < 0:
+                seeding.np_random(seed)  # raises gymnasium's message for a bad seed
+            # the generator is built from the seed on first use (as gymnasium would build it
+            # here): an env that draws nothing skips the cost of seeding
+            self._rng = None
+            self._np_random_seed = None
+            self._pending_seed = seed
         return "", {}
+
+    # plain attributes, never `__dict__`: reading that turns off CPython's fast attribute path
+    _rng: np.random.Generator | None = None
+    _pending_seed: int | None = None
+
+    def _seed_now(self) -> np.random.Generator:
+        seed, self._pending_seed = self._pending_seed, None
+        rng, self._np_random_seed = seeding.np_random(seed)
+        self._rng = rng
+        return rng
+
+    @property
+    def _np_random(self) -> np.random.Generator | None:
+        """gymnasium's slot for the generator (its checker reads it); built on first read."""
+        if self._rng is None and self._pending_seed is not None:
+            return self._seed_now()
+        return self._rng
+
+    @_np_random.setter
+    def _np_random(self, value: np.random.Generator | None) -> None:
+        self._pending_seed = None
+        self._rng = value
+
+    @property
+    def np_random(self) -> np.random.Generator:
+        """The env's random generator, seeded by `reset(seed=...)`."""
+        rng = self._rng
+        return rng if rng is not None else self._seed_now()
+
+    @np_random.setter
+    def np_random(self, value: np.random.Generator) -> None:
+        self._np_random = value
+        self._np_random_seed = -1
+
+    @property
+    def np_random_seed(self) -> int:
+        """The seed of `np_random` (-1 when a generator was assigned directly)."""
+        self.np_random  # noqa: B018 - builds a pending generator and its seed
+        if self._np_random_seed is None:
+            self._seed_now()
+        return self._np_random_seed  # type: ignore[return-value]
 
     def step(self, action: str) -> StepResult:  # pragma: no cover - abstract
         """Apply one text action; return `(obs, reward, terminated, truncated, info)`."""
@@ -76,10 +126,14 @@ class Env(gymnasium.Env[str, str]):
         """Return an independent env in the same state (same RNG state, same episode)."""
         return copy.deepcopy(self)
 
-    def runs_sync(self) -> bool:
-        """True when `astep`/`areset` only call `step`/`reset` (lets vectors skip the event loop)."""
+    def runs_sync(self, method: str | None = None) -> bool:
+        """True when `astep`/`areset` only call `step`/`reset` (lets vectors skip the event loop).
+
+        `method` asks about one of them (`"step"` or `"reset"`); None asks about both.
+        """
         cls = type(self)
-        return cls.astep is Env.astep and cls.areset is Env.areset
+        step, reset = cls.astep is Env.astep, cls.areset is Env.areset
+        return step if method == "step" else reset if method == "reset" else step and reset
 
     def render(self) -> str | None:
         """Return a text picture of the state, when the env has one."""
@@ -124,13 +178,14 @@ class Wrapper(gymnasium.Wrapper[str, str, str, str]):
         """Return an independent copy of the whole wrapper stack in the same state."""
         return copy.deepcopy(self)
 
-    def runs_sync(self) -> bool:
-        """True when this stack's async methods never await real I/O."""
+    def runs_sync(self, method: str | None = None) -> bool:
+        """True when this stack's async methods (or only `method`'s) never await real I/O."""
         cls = type(self)
-        if cls.astep not in _WRAPPER_ASTEPS or cls.areset not in _WRAPPER_ARESETS:
+        if method != "reset" and cls.astep not in _WRAPPER_ASTEPS:
             return False
-        inner = getattr(self.env, "runs_sync", None)
-        return bool(inner()) if callable(inner) else True
+        if method != "step" and cls.areset not in _WRAPPER_ARESETS:
+            return False
+        return inner_runs_sync(self.env, method)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}{self.env!r}>"
@@ -206,6 +261,21 @@ class RewardWrapper(Wrapper):
     def reward(self, reward: SupportsFloat) -> float:
         """Return the transformed reward."""
         raise NotImplementedError
+
+
+def inner_runs_sync(env: Any, method: str | None = None) -> bool:
+    """Whether `env` runs `method` (or both async methods) without awaiting I/O.
+
+    Envs outside gemkit have no `runs_sync`: their async twins, if any, are not ours to trust
+    less than gymnasium's sync API, so they count as sync.
+    """
+    inner = getattr(env, "runs_sync", None)
+    if not callable(inner):
+        return True
+    try:
+        return bool(inner(method))
+    except TypeError:  # a runs_sync that takes no argument answers for both methods
+        return bool(inner())
 
 
 _WRAPPER_ASTEPS = {Wrapper.astep, ObservationWrapper.astep, ActionWrapper.astep, RewardWrapper.astep}

@@ -344,7 +344,7 @@ class OpponentEnv(Env):
                 "should truncate the episode (check its turn limit)"
             )
 
-    def runs_sync(self) -> bool:
+    def runs_sync(self, method: str | None = None) -> bool:
         """True when the env and every opponent run without awaiting I/O."""
         env_sync = type(self.env).astep is MultiAgentEnv.astep
         return env_sync and all(isinstance(p, SyncPolicy) for p in self.opponents.values())

@@ -381,7 +381,7 @@ class RemoteEnv(Env):
             await self._client.close()
             self._client = None
 
-    def runs_sync(self) -> bool:
+    def runs_sync(self, method: str | None = None) -> bool:
         """False: every call is network I/O."""
         return False
 

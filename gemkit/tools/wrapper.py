@@ -420,7 +420,7 @@ class ToolEnvWrapper(Wrapper):
         """Blocking `astep` (not inside a running event loop)."""
         return self._run_sync(self.astep(action), "step")
 
-    def runs_sync(self) -> bool:
+    def runs_sync(self, method: str | None = None) -> bool:
         """False: tool calls await real I/O, so vectors must use the event loop."""
         return False
 

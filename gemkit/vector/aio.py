@@ -6,8 +6,9 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from gemkit.core import inner_runs_sync
 from gemkit.errors import VectorEnvError
-from gemkit.vector.base import Request, SlotGen, VectorEnv, drive_sync
+from gemkit.vector.base import SlotGen, VectorEnv, drive_sync
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -19,18 +20,25 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     return uvloop.new_event_loop()
 
 
-def _call(env: Any, request: Request, sem: asyncio.Semaphore | None) -> Awaitable[Any]:
-    """The env call a slot asked for, as an awaitable (bounded by `sem` when given)."""
-    if request[0] == "step":
-        coro = env.astep(request[1])
-    else:
-        coro = env.areset(seed=request[1], options=request[2])
-    return coro if sem is None else _bounded(coro, sem)
-
-
 async def _bounded(coro: Awaitable[Any], sem: asyncio.Semaphore) -> Any:
     async with sem:
         return await coro
+
+
+class _Join:
+    """Counts a round's slot tasks down to zero; the first failure ends the wait at once."""
+
+    __slots__ = ("future", "left", "results")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, n: int, results: dict[int, Any]):
+        self.future = loop.create_future()
+        self.left = n
+        self.results = results
+
+    def fail(self, e: BaseException) -> None:
+        """End the round with `e` (the first one wins)."""
+        if not self.future.done():
+            self.future.set_exception(e)
 
 
 class AsyncVectorEnv(VectorEnv):
@@ -53,46 +61,77 @@ class AsyncVectorEnv(VectorEnv):
         if max_concurrency is not None and max_concurrency < 1:
             raise VectorEnvError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
         self.max_concurrency = max_concurrency
-        self._sync_slots = [bool(getattr(e, "runs_sync", lambda: False)()) for e in self.envs]
+        self._sync_slots = [inner_runs_sync(e) for e in self.envs]
+        # per slot, whether its reset and its step need no event loop (then the sync one runs)
+        self._sync_calls = [
+            (inner_runs_sync(e, "reset"), inner_runs_sync(e, "step")) for e in self.envs
+        ]
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def _adrive(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
-        """Drive every slot: sync slots directly, async ones in rounds of one `gather` each.
+        """Drive every slot: sync slots directly, each async one in its own task.
 
-        A round issues the pending request of every async slot at once (a step, or a reset
-        for autoreset) and feeds each result back to its slot, until every slot is done.
+        A slot's task carries out all of its requests (a step, then a reset for autoreset)
+        and feeds each result back at once, so the bookkeeping of one slot overlaps the waits
+        of the others. The tasks are joined by a counter rather than `gather`.
         """
         results: dict[int, Any] = {}
-        pending: dict[int, tuple[SlotGen, Request]] = {}
+        slots: list[tuple[int, SlotGen]] = []
         for i, gen in gens.items():
             if self._sync_slots[i]:
                 results[i] = drive_sync(gen, self.envs[i])
-                continue
-            try:
-                pending[i] = (gen, next(gen))
-            except StopIteration as stop:
-                results[i] = stop.value
-        envs, sem = self.envs, None
-        if self.max_concurrency is not None and self.max_concurrency < len(pending):
+            else:
+                slots.append((i, gen))
+        if not slots:
+            return results
+        sem = None
+        if self.max_concurrency is not None and self.max_concurrency < len(slots):
             sem = asyncio.Semaphore(self.max_concurrency)
-        while pending:
-            calls = [_call(envs[i], req, sem) for i, (_, req) in pending.items()]
-            outs = await asyncio.gather(*calls, return_exceptions=True)
-            following: dict[int, tuple[SlotGen, Request]] = {}
-            for (i, (gen, _)), out in zip(pending.items(), outs, strict=True):
-                try:
-                    if isinstance(out, BaseException):
-                        if not isinstance(out, Exception):
-                            raise out  # cancellation and interrupts are not the env's error
-                        req = gen.throw(out)
-                    else:
-                        req = gen.send(out)
-                except StopIteration as stop:
-                    results[i] = stop.value
-                else:
-                    following[i] = (gen, req)
-            pending = following
+        loop = asyncio.get_running_loop()
+        join = _Join(loop, len(slots), results)
+        tasks = [loop.create_task(self._run_slot(i, gen, sem, join)) for i, gen in slots]
+        try:
+            await join.future
+        finally:
+            if join.left:  # cancelled, or a slot raised past its generator: stop the rest
+                for t in tasks:
+                    t.cancel()
         return results
+
+    async def _run_slot(
+        self, i: int, gen: SlotGen, sem: asyncio.Semaphore | None, join: _Join
+    ) -> None:
+        """Carry out one slot's requests in order (one task per slot); report to `join`."""
+        env = self.envs[i]
+        sync_reset, sync_step = self._sync_calls[i]
+        try:
+            try:
+                request = next(gen)
+                while True:
+                    try:
+                        if request[0] == "step":
+                            if sync_step:
+                                out = env.step(request[1])
+                            else:
+                                call = env.astep(request[1])
+                                out = await (call if sem is None else _bounded(call, sem))
+                        elif sync_reset:
+                            out = env.reset(seed=request[1], options=request[2])
+                        else:
+                            call = env.areset(seed=request[1], options=request[2])
+                            out = await (call if sem is None else _bounded(call, sem))
+                    except Exception as e:  # noqa: BLE001 - handed to the slot
+                        request = gen.throw(e)
+                    else:
+                        request = gen.send(out)
+            except StopIteration as stop:
+                join.results[i] = stop.value
+        except BaseException as e:  # cancellation or an interrupt: not the env's error
+            join.fail(e)
+            return
+        join.left -= 1
+        if not join.left and not join.future.done():
+            join.future.set_result(None)
 
     def _drive(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
         if all(self._sync_slots[i] for i in gens):

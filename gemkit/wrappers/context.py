@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from gemkit.core import ResetResult, StepResult, Wrapper
+from gemkit.core import ResetResult, StepResult, Wrapper, inner_runs_sync
 from gemkit.errors import GemkitError
 from gemkit.llm.tokens import TokenCounter, as_counter
 from gemkit.wrappers.history import ChatHistory
@@ -262,10 +262,9 @@ class ContextWrapper(Wrapper):
         obs, info = self._commit(planned, before, info)
         return obs, reward, terminated, truncated, info
 
-    def runs_sync(self) -> bool:
+    def runs_sync(self, method: str | None = None) -> bool:
         """As sync as the env it wraps (summaries by an async model override this)."""
-        inner = getattr(self.env, "runs_sync", None)
-        return bool(inner()) if callable(inner) else True
+        return inner_runs_sync(self.env, method)
 
 
 class BudgetContext(ContextWrapper):
@@ -454,7 +453,7 @@ class SummaryContext(BudgetContext):
             summary = await summary
         return self._build(messages, summary)
 
-    def runs_sync(self) -> bool:
+    def runs_sync(self, method: str | None = None) -> bool:
         """False: a summary may await a model."""
         return False
 

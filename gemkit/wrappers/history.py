@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gemkit.core import ObservationWrapper, ResetResult, StepResult, Wrapper
+from gemkit.core import ObservationWrapper, ResetResult, StepResult, Wrapper, inner_runs_sync
 from gemkit.errors import GemkitError
 from gemkit.llm.tokens import TokenCounter, as_counter
 
@@ -200,10 +200,9 @@ class ChatHistory(Wrapper):
         obs, reward, terminated, truncated, info = await self.env.astep(action_text(action))
         return self._extend(action, obs, info), reward, terminated, truncated, info
 
-    def runs_sync(self) -> bool:
+    def runs_sync(self, method: str | None = None) -> bool:
         """Pure bookkeeping: as sync as the env it wraps."""
-        inner = getattr(self.env, "runs_sync", None)
-        return bool(inner()) if callable(inner) else True
+        return inner_runs_sync(self.env, method)
 
 
 class ConcatHistory(Wrapper):
@@ -262,10 +261,9 @@ class ConcatHistory(Wrapper):
         obs, reward, terminated, truncated, info = await self.env.astep(action)
         return self._extend(action, obs), reward, terminated, truncated, info
 
-    def runs_sync(self) -> bool:
+    def runs_sync(self, method: str | None = None) -> bool:
         """Pure bookkeeping: as sync as the env it wraps."""
-        inner = getattr(self.env, "runs_sync", None)
-        return bool(inner()) if callable(inner) else True
+        return inner_runs_sync(self.env, method)
 
 
 class WindowedHistory(ConcatHistory):

@@ -91,6 +91,39 @@ def test_runs_sync_detects_async_native_envs():
     assert not Sleepy().runs_sync() and not Upper(Sleepy()).runs_sync()
 
 
+def test_runs_sync_answers_per_method():
+    class AsyncStepOnly(Box):
+        async def astep(self, action):
+            return self.step(action)
+
+    env = Upper(AsyncStepOnly())
+    assert env.runs_sync("reset") and not env.runs_sync("step") and not env.runs_sync()
+    assert not Upper(Sleepy()).runs_sync("step")
+
+
+def test_seeding_is_lazy_but_draws_exactly_what_gymnasium_would():
+    import numpy as np
+    from gymnasium.utils import seeding
+
+    env = Box()
+    env.reset(seed=7)
+    assert env._rng is None  # nothing drawn yet: no generator built
+    expected, expected_seed = seeding.np_random(7)
+    assert env.np_random.integers(1 << 30, size=5).tolist() == expected.integers(
+        1 << 30, size=5
+    ).tolist()
+    assert env.np_random_seed == expected_seed == 7
+    env.reset()  # no seed: the stream goes on, as in gymnasium
+    assert env.np_random.integers(1 << 30) == expected.integers(1 << 30)
+    fresh = Box()
+    fresh.reset(seed=7)
+    assert fresh.np_random_seed == 7 and fresh._np_random is not None
+    fresh.np_random = np.random.default_rng(1)
+    assert fresh.np_random_seed == -1
+    with pytest.raises(Exception, match="Seed must be"):
+        Box().reset(seed=-1)  # a bad seed fails at reset, not at the first draw
+
+
 def test_clone_shares_nothing():
     env = Box()
     env.reset(seed=3)

@@ -185,6 +185,31 @@ def test_concurrency_limit_bounds_in_flight_calls():
     assert peak == 3
 
 
+def test_an_interrupt_in_one_slot_stops_the_round_and_cancels_the_others():
+    cancelled = []
+
+    class Stuck(SlowCounter):
+        async def astep(self, action):
+            if action == "interrupt":
+                raise KeyboardInterrupt
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.append(action)
+                raise
+            return self.step(action)
+
+    async def main():
+        v = AsyncVectorEnv([lambda: Stuck(length=5)] * 3)
+        await v.areset(seed=0)
+        with pytest.raises(KeyboardInterrupt):
+            await v.astep(["interrupt", "a", "b"])
+        await asyncio.sleep(0)  # let the cancelled slots run their handlers
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert sorted(cancelled) == ["a", "b"]
+
+
 def test_astep_inside_a_running_loop_and_step_refused_there():
     async def main():
         v = AsyncVectorEnv([lambda: SlowCounter(length=3)] * 2)
