@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 BOXED = "\\boxed{"
+_BOXED_LEN = len(BOXED)
 
 
 def extract_boxed(text: str, *, last: bool = True) -> str | None:
@@ -12,10 +13,12 @@ def extract_boxed(text: str, *, last: bool = True) -> str | None:
     start = text.rfind(BOXED) if last else text.find(BOXED)
     if start < 0:
         return None
-    i = start + len(BOXED)
+    i = start + _BOXED_LEN
     close = text.find("}", i)
-    if close >= 0 and text.find("{", i, close) < 0:  # fast path: no nested braces
-        return text[i:close].strip()
+    if close >= 0:
+        inner = text[i:close]
+        if "{" not in inner:  # fast path: no nested braces
+            return inner.strip()
     depth = 1
     for j in range(i, len(text)):
         c = text[j]

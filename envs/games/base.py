@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,7 @@ class Outcome:
     reward: float = 0.0
     terminated: bool = False
     success: bool = False
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] | None = None  # extra info keys (None: none; no dict per move)
 
 
 class GameEnv(Env):
