@@ -92,6 +92,18 @@ class _WorkerDied(Exception):
     pass
 
 
+def _parse_reply(body: bytes) -> dict:
+    import json
+
+    try:
+        reply = json.loads(body)
+    except ValueError as e:
+        raise _WorkerDied(f"unreadable reply ({e})") from e
+    if not isinstance(reply, dict):
+        raise _WorkerDied("unreadable reply")
+    return reply
+
+
 class _Worker:
     """One sandboxed supervisor process and its protocol pipes (host side)."""
 
@@ -123,6 +135,9 @@ class _Worker:
         if not hello.get("ready"):
             self.kill()
             raise backends.SandboxUnavailableError(f"the sandbox failed to start: {hello}")
+        # non-blocking, so an event loop can serve this worker too (`Sandbox.run`)
+        os.set_blocking(self._wfd, False)
+        os.set_blocking(self._rfd, False)
 
     def stderr_tail(self) -> str:
         """The last lines the sandbox wrote on its stderr (for diagnostics)."""
@@ -145,7 +160,10 @@ class _Worker:
                     raise _WorkerDied("timed out sending the request")
                 _, w, _ = select.select([], [self._wfd], [], left)
                 if w:
-                    n = os.write(self._wfd, view[: 1 << 20])
+                    try:
+                        n = os.write(self._wfd, view[: 1 << 20])
+                    except BlockingIOError:
+                        continue
                     view = view[n:]
         except OSError as e:
             raise _WorkerDied(f"the sandbox closed its input ({e})") from e
@@ -163,6 +181,8 @@ class _Worker:
                 continue
             try:
                 chunk = os.read(self._rfd, min(n, 1 << 20))
+            except BlockingIOError:
+                continue
             except OSError as e:
                 raise _WorkerDied(str(e)) from e
             if not chunk:
@@ -172,18 +192,67 @@ class _Worker:
         return b"".join(chunks)
 
     def _read_frame(self, deadline: float) -> dict:
-        import json
-
         (n,) = HEADER.unpack(self._read_exact(HEADER.size, deadline))
         if n > MAX_REPLY:
             raise _WorkerDied(f"reply of {n} bytes is too large")
+        return _parse_reply(self._read_exact(n, deadline))
+
+    async def arequest(self, msg: dict, timeout: float) -> dict:
+        """`request` on the running event loop: no thread, the loop watches the pipes."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[bytes] = loop.create_future()
+        pending = memoryview(encode_frame(msg))
+        reply = bytearray()
+        wfd, rfd = self._wfd, self._rfd
+
+        def fail(reason: str) -> None:
+            if not done.done():
+                done.set_exception(_WorkerDied(reason))
+
+        def write() -> None:
+            nonlocal pending
+            try:
+                n = os.write(wfd, pending[: 1 << 20])
+            except BlockingIOError:
+                return
+            except OSError as e:
+                fail(f"the sandbox closed its input ({e})")
+                return
+            pending = pending[n:]
+            if not pending:
+                loop.remove_writer(wfd)
+
+        def read() -> None:
+            try:
+                chunk = os.read(rfd, 1 << 20)
+            except BlockingIOError:
+                return
+            except OSError as e:
+                fail(str(e))
+                return
+            if not chunk:
+                fail("the sandbox exited")
+                return
+            reply.extend(chunk)
+            if len(reply) >= HEADER.size:
+                (n,) = HEADER.unpack_from(reply)
+                if n > MAX_REPLY:
+                    fail(f"reply of {n} bytes is too large")
+                elif len(reply) >= HEADER.size + n and not done.done():
+                    done.set_result(bytes(reply[HEADER.size : HEADER.size + n]))
+
+        loop.add_reader(rfd, read)  # first: a loop without pipe support refuses before a byte goes
+        self.calls += 1
+        write()
+        if pending:
+            loop.add_writer(wfd, write)
+        timer = loop.call_later(timeout, fail, "timed out")
         try:
-            reply = json.loads(self._read_exact(n, deadline))
-        except ValueError as e:
-            raise _WorkerDied(f"unreadable reply ({e})") from e
-        if not isinstance(reply, dict):
-            raise _WorkerDied("unreadable reply")
-        return reply
+            return _parse_reply(await done)
+        finally:
+            timer.cancel()
+            loop.remove_writer(wfd)
+            loop.remove_reader(rfd)
 
     def kill(self) -> None:
         """Kill the sandbox and everything in it."""
@@ -286,6 +355,25 @@ class Sandbox:
             workdir = tempfile.mkdtemp(prefix="gemkit-sandbox-")
             spec = backends.unsafe_local_command(self.python, config, workdir=workdir)
         return _Worker(spec)
+
+    def _try_acquire(self) -> _Worker | None:
+        """An idle, live worker at once, or None (then a thread waits for one)."""
+        with self._cond:
+            if self._closed:
+                raise SandboxError("this sandbox is closed; create a new Sandbox")
+            while self._idle:
+                worker = self._idle.pop(0)
+                if worker.proc.poll() is None:
+                    break
+                self._count -= 1  # died while idle (say, the OOM killer)
+                self._cond.notify()
+                threading.Thread(target=worker.kill, daemon=True).start()
+            else:
+                return None
+            spare = self._reserve_spare()
+        if spare:
+            threading.Thread(target=self._start_spare, daemon=True).start()
+        return worker
 
     def _acquire(self) -> _Worker:
         spare = False
@@ -399,33 +487,46 @@ class Sandbox:
         try:
             reply = worker.request(req, req["timeout"] + GRACE)
         except _WorkerDied as e:
-            duration = time.monotonic() - start
-            timed_out = duration >= req["timeout"]
-            log.debug(
-                "sandbox worker lost: %s (exit status %s) %s",
-                e,
-                worker.proc.poll(),
-                worker.stderr_tail(),
-            )
-            if timed_out:
-                message = f"TimeoutError: code ran longer than {_fmt_s(req['timeout'])} s"
-            else:
-                message = (
-                    "SandboxError: the sandbox process died while running the code (it was "
-                    "killed or crashed); it has been replaced"
-                )
-            result = ExecResult(
-                stdout="",
-                stderr=message,
-                exit_code=-9,
-                timed_out=timed_out,
-                limit_hit="wall" if timed_out else "crashed",
-                duration=duration,
-                exception=message,
-                session_lost=bool(req.get("stateful")),
-            )
-            return result, False
+            return self._lost(worker, req, e, time.monotonic() - start), False
         return self._to_result(reply, req["timeout"]), bool(reply.get("clean", True))
+
+    async def _aexec_on(self, worker: _Worker, req: dict[str, Any]) -> tuple[ExecResult, bool]:
+        """`_exec_on` on the running event loop."""
+        start = time.monotonic()
+        try:
+            reply = await worker.arequest(req, req["timeout"] + GRACE)
+        except _WorkerDied as e:
+            return self._lost(worker, req, e, time.monotonic() - start), False
+        return self._to_result(reply, req["timeout"]), bool(reply.get("clean", True))
+
+    def _lost(
+        self, worker: _Worker, req: dict[str, Any], e: Exception, duration: float
+    ) -> ExecResult:
+        """The result of a call whose sandbox stopped answering (it is then replaced)."""
+        timed_out = duration >= req["timeout"]
+        log.debug(
+            "sandbox worker lost: %s (exit status %s) %s",
+            e,
+            worker.proc.poll(),
+            worker.stderr_tail(),
+        )
+        if timed_out:
+            message = f"TimeoutError: code ran longer than {_fmt_s(req['timeout'])} s"
+        else:
+            message = (
+                "SandboxError: the sandbox process died while running the code (it was "
+                "killed or crashed); it has been replaced"
+            )
+        return ExecResult(
+            stdout="",
+            stderr=message,
+            exit_code=-9,
+            timed_out=timed_out,
+            limit_hit="wall" if timed_out else "crashed",
+            duration=duration,
+            exception=message,
+            session_lost=bool(req.get("stateful")),
+        )
 
     def _to_result(self, reply: dict[str, Any], timeout: float) -> ExecResult:
         limit = self.max_output
@@ -480,6 +581,9 @@ class Sandbox:
     ) -> ExecResult:
         """Run code in a fresh namespace on a pooled worker (blocking)."""
         req = self._request(code, stdin=stdin, timeout=timeout, files=files, stateful=False)
+        return self._run_request(req)
+
+    def _run_request(self, req: dict[str, Any]) -> ExecResult:
         worker = self._acquire()
         while worker.proc.poll() is not None:  # died while idle (say, the OOM killer)
             self._release(worker, False)
@@ -499,12 +603,33 @@ class Sandbox:
         timeout: float | None = None,
         files: Mapping[str, str | bytes] | None = None,
     ) -> ExecResult:
-        """Run code in a fresh namespace on a pooled worker; `stdin` feeds its standard input."""
+        """Run code in a fresh namespace on a pooled worker; `stdin` feeds its standard input.
+
+        With an idle worker at hand the event loop itself talks to it (no thread); otherwise a
+        thread waits for one, or starts one.
+        """
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor,
-            lambda: self.run_sync(code, stdin=stdin, timeout=timeout, files=files),
-        )
+        req = self._request(code, stdin=stdin, timeout=timeout, files=files, stateful=False)
+        worker = self._try_acquire()
+        if worker is None:
+            return await loop.run_in_executor(self._executor, self._run_request, req)
+        healthy = False
+        try:
+            try:
+                result, healthy = await self._aexec_on(worker, req)
+            except NotImplementedError:  # an event loop that cannot watch pipes
+                result, healthy = await loop.run_in_executor(
+                    self._executor, self._exec_on, worker, req
+                )
+        finally:
+            if healthy:
+                self._release(worker, True)
+            else:  # killing waits for the process: not on the event loop
+                try:
+                    loop.run_in_executor(self._executor, self._release, worker, False)
+                except RuntimeError:  # the sandbox was closed meanwhile
+                    self._release(worker, False)
+        return result
 
     def session(self) -> Session:
         """A stateful session: variables survive between its calls until `reset()`."""

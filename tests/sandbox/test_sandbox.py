@@ -125,6 +125,30 @@ async def test_async_calls_run_concurrently_on_the_pool(sb):
     assert [r.stdout for r in results] == [f"{i * 2}\n" for i in range(6)]
 
 
+async def test_async_calls_overlap_time_out_and_survive_cancellation():
+    # with an idle worker the event loop talks to the sandbox itself (no thread): the calls
+    # must still overlap, hit their time limit, and a cancelled call must cost only its worker
+    sandbox = Sandbox(timeout=5, workers=2)
+    try:
+        sandbox.warm(2)
+        t0 = time.monotonic()
+        sleepers = await asyncio.gather(
+            *(sandbox.run("import time\ntime.sleep(0.6)\nprint('up')") for _ in range(2))
+        )
+        assert [r.stdout for r in sleepers] == ["up\n", "up\n"]
+        assert time.monotonic() - t0 < 1.1, "two 0.6 s calls on two workers must overlap"
+        r = await sandbox.run("while True:\n    pass", timeout=0.5)
+        assert r.timed_out and r.limit_hit in ("wall", "cpu")
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(sandbox.run("import time\ntime.sleep(30)"), 0.3)
+        after = await asyncio.gather(*(sandbox.run(f"print({i})") for i in range(4)))
+        assert [a.stdout for a in after] == ["0\n", "1\n", "2\n", "3\n"]
+        big = await sandbox.run("import sys\nprint(len(sys.stdin.read()))", stdin="x" * 300_000)
+        assert big.stdout == "300000\n"  # a request larger than a pipe's buffer
+    finally:
+        sandbox.close()
+
+
 def test_a_session_keeps_variables_until_reset(sb):
     session = sb.session()
     try:
