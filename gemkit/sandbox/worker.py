@@ -46,15 +46,56 @@ def _read_exact(fd: int, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def _read_frame(fd: int) -> object | None:
+def _read_body(fd: int) -> bytes | None:
     head = _read_exact(fd, HEADER.size)
     if head is None:
         return None
     (n,) = HEADER.unpack(head)
     if n > MAX_REQUEST:
         return None
-    body = _read_exact(fd, n)
+    return _read_exact(fd, n)
+
+
+def _read_frame(fd: int) -> object | None:
+    body = _read_body(fd)
     return None if body is None else json.loads(body)
+
+
+# A stateless child's request and report are packed by hand, not JSON: a forked child copies
+# every memory page it touches, and the json module's machinery spans many of them.
+_REQUEST = struct.Struct(">d4q")  # timeout, then memory, file size, open files, processes
+_REPORT = struct.Struct(">qB")  # exit code, flags (1: ran to its end, 2: raised)
+_LIMIT_KEYS = ("memory_bytes", "file_bytes", "nofile", "nproc")
+
+
+def encode_request(code: str, timeout: float, limits: dict) -> bytes:
+    """The frame that hands a stateless child its code and limits (None packs as -1)."""
+    values = [-1 if limits.get(k) is None else int(limits[k]) for k in _LIMIT_KEYS]
+    body = _REQUEST.pack(float(timeout), *values) + code.encode("utf-8", "surrogatepass")
+    return HEADER.pack(len(body)) + body
+
+
+def _read_request(fd: int) -> dict | None:
+    body = _read_body(fd)
+    if body is None or len(body) < _REQUEST.size:
+        return None
+    timeout, *values = _REQUEST.unpack_from(body)
+    limits = {k: None if v < 0 else v for k, v in zip(_LIMIT_KEYS, values, strict=True)}
+    code = body[_REQUEST.size :].decode("utf-8", "surrogatepass")
+    return {"code": code, "timeout": timeout, "limits": limits}
+
+
+def encode_report(result: dict) -> bytes:
+    """The frame a child sends back: exit code, whether it finished, the exception if any."""
+    code = result["exit_code"]
+    code = code if -(1 << 63) <= code < (1 << 63) else 1
+    exc = result["exception"]
+    flags = (1 if result["finished"] else 0) | (2 if exc else 0)
+    body = _REPORT.pack(code, flags)
+    if exc:
+        text = "\0".join((exc["type"], exc["last_line"], exc.get("limit") or ""))
+        body += text.encode("utf-8", "backslashreplace")
+    return HEADER.pack(len(body)) + body
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -252,13 +293,13 @@ def _run_stateless_child(config: dict, fds: dict, stdio: tuple) -> None:
     try:
         _child_enter(config, fds)
         sys.stdin, sys.stdout, sys.stderr = stdio
-        req = _read_frame(fds["request"])
+        req = _read_request(fds["request"])
         if req is None:
             os._exit(0)
         _set_limits(req["limits"], req["timeout"])
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
         result = _execute(req["code"], namespace)
-        _write_all(fds["result"], encode_frame(result))
+        _write_all(fds["result"], encode_report(result))
     except BaseException:
         os._exit(70)
     os._exit(0)
@@ -276,7 +317,7 @@ def _run_session_child(config: dict, limits: dict, fds: dict) -> None:
             _set_limits({}, req["timeout"], session=True)
             _fresh_stdio(req.get("stdin"))
             result = _execute(req["code"], namespace)
-            _write_all(fds["result"], encode_frame(result))
+            _write_all(fds["result"], encode_report(result))
     except BaseException:
         os._exit(70)
 
@@ -651,7 +692,7 @@ class Supervisor:
         try:
             _write_all(
                 child["req"],
-                encode_frame({k: req[k] for k in ("code", "timeout", "limits")}),
+                encode_request(req["code"], req["timeout"], req["limits"]),
             )
         except OSError:
             pass
@@ -834,23 +875,19 @@ class Supervisor:
 
 def _parse_result(raw: bytes | None) -> dict:
     """The child's own report; it ran user code, so anything unexpected means 'no report'."""
-    if not raw:
+    if not raw or len(raw) < _REPORT.size:
         return {}
-    try:
-        data = json.loads(raw)
-    except ValueError:
-        return {}
-    if not isinstance(data, dict):
-        return {}
-    out: dict = {}
-    if isinstance(data.get("exit_code"), int):
-        out["exit_code"] = data["exit_code"]
-    out["finished"] = data.get("finished") is True
-    exc = data.get("exception")
-    if isinstance(exc, dict):
-        out["exception"] = {
-            k: str(v) for k, v in exc.items() if k in ("type", "last_line", "limit")
-        }
+    exit_code, flags = _REPORT.unpack_from(raw)
+    out: dict = {"exit_code": exit_code, "finished": bool(flags & 1)}
+    if flags & 2:
+        text = raw[_REPORT.size :].decode("utf-8", "replace")
+        if text.count("\0") < 2:
+            return {}
+        kind, rest = text.split("\0", 1)
+        last_line, limit = rest.rsplit("\0", 1)
+        out["exception"] = {"type": kind, "last_line": last_line}
+        if limit:
+            out["exception"]["limit"] = limit
     return out
 
 
