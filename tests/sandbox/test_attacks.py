@@ -203,3 +203,20 @@ def test_printing_100_mb_is_truncated_with_a_marker(sb):
     assert len(r.stdout) < sb.max_output + 200
     assert time.monotonic() - start < 5
     assert_next_call_works(sb)
+
+
+async def test_attacks_through_the_async_path_end_the_same_way(sb):
+    # `await sb.run(...)` (what the Python tool uses) talks to the worker from the event loop;
+    # a sandbox that dies, times out or floods its output must end there as it does above
+    killed = await sb.run("import os\nos.killpg(0, 9)")
+    assert killed.limit_hit == "killed" and "killed by signal 9" in killed.exception
+    parent = await sb.run("import os\nos.kill(os.getppid(), 9)\nprint('still here')")
+    assert (parent.exception or "").startswith(
+        ("PermissionError", "SandboxError")
+    ) or parent.stdout == "still here\n"
+    slept = await sb.run("import time\ntime.sleep(60)", timeout=0.5)
+    assert slept.timed_out and slept.limit_hit == "wall"
+    flood = await sb.run("import sys\nfor _ in range(100):\n    sys.stdout.write('x' * 2**20)\n")
+    assert flood.ok and flood.stdout_bytes == 100 * 2**20
+    after = await sb.run("print(6 * 7)")
+    assert after.ok and after.stdout == "42\n", after

@@ -260,6 +260,17 @@ def test_a_sandbox_that_dies_while_idle_is_replaced_before_the_next_call():
         assert r.stdout == "fresh\n" and r.ok
 
 
+async def test_a_sandbox_that_dies_while_idle_is_replaced_before_the_next_async_call():
+    with Sandbox(timeout=5, workers=2) as sandbox:
+        sandbox.warm(2)
+        for worker in list(sandbox._idle):
+            os.killpg(worker.proc.pid, 9)
+            worker.proc.wait()
+        results = await asyncio.gather(*(sandbox.run(f"print({i})") for i in range(3)))
+        assert [r.stdout for r in results] == ["0\n", "1\n", "2\n"]
+        assert all(r.ok for r in results)
+
+
 def test_a_session_whose_sandbox_died_says_its_variables_are_gone(sb):
     session = sb.session()
     try:
