@@ -264,14 +264,15 @@ class RewardWrapper(Wrapper):
 
 
 def inner_runs_sync(env: Any, method: str | None = None) -> bool:
-    """Whether `env` runs `method` (or both async methods) without awaiting I/O.
+    """Whether `env` runs `method` (`"step"`, `"reset"`, or both for None) without awaiting I/O.
 
-    Envs outside gemkit have no `runs_sync`: their async twins, if any, are not ours to trust
-    less than gymnasium's sync API, so they count as sync.
+    An env from outside gemkit has no `runs_sync`: it counts as sync unless it has the async
+    twin asked about (`astep`/`areset`), which is then awaited.
     """
     inner = getattr(env, "runs_sync", None)
     if not callable(inner):
-        return True
+        twins = {"step": ("astep",), "reset": ("areset",)}.get(method or "", ("astep", "areset"))
+        return not any(callable(getattr(env, name, None)) for name in twins)
     try:
         return bool(inner(method))
     except TypeError:  # a runs_sync that takes no argument answers for both methods

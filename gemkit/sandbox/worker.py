@@ -9,6 +9,9 @@ Host -> supervisor: `{"op": "exec" | "reset" | "ping", ...}`; supervisor -> host
 request. The supervisor never runs user code in its own process: each `exec` runs in a forked
 child (stateless mode: a fresh child per call; stateful mode: one long-lived session child),
 with resource limits, a dropped uid where possible, and no access to the protocol pipes.
+Between the supervisor and its children the frames are the same length-prefixed kind; a
+stateless child's request and every child's report are packed with `struct` (see
+`encode_request`, `encode_report`), a session's requests are JSON.
 """
 
 from __future__ import annotations

@@ -185,6 +185,28 @@ def test_concurrency_limit_bounds_in_flight_calls():
     assert peak == 3
 
 
+def test_envs_from_outside_gemkit_are_awaited_only_when_they_have_async_twins():
+    import gymnasium
+
+    class Plain(gymnasium.Env):
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return "plain", {}
+
+        def step(self, action):
+            return f"plain {action}", 0.0, False, False, {}
+
+    class ForeignAsync(Plain):
+        async def astep(self, action):
+            await asyncio.sleep(0)
+            return f"awaited {action}", 0.0, False, False, {}
+
+    v = AsyncVectorEnv([Plain, ForeignAsync])
+    v.reset(seed=0)
+    assert v.step(["a", "b"]).observations == ["plain a", "awaited b"]
+    v.close()
+
+
 def test_an_interrupt_in_one_slot_stops_the_round_and_cancels_the_others():
     cancelled = []
 
