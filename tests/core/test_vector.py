@@ -207,6 +207,41 @@ def test_envs_from_outside_gemkit_are_awaited_only_when_they_have_async_twins():
     v.close()
 
 
+def test_the_collector_is_paused_during_a_round_for_a_bounded_time_and_restored(monkeypatch):
+    import gc
+
+    import gemkit.vector.aio as aio
+
+    seen = []
+
+    class Probe(SlowCounter):
+        async def astep(self, action):
+            seen.append(("start", gc.isenabled()))
+            await asyncio.sleep(self.delay)
+            seen.append(("end", gc.isenabled()))
+            return self.step(action)
+
+    monkeypatch.setattr(aio, "GC_PAUSE_LIMIT", 0.05)
+    v = AsyncVectorEnv([lambda: Probe(length=9, delay=0.2)] * 2)
+    v.reset(seed=0)
+    assert gc.isenabled()
+    v.step(["a", "b"])
+    # paused while the round starts, resumed once it ran past the limit, restored after
+    assert seen == [("start", False)] * 2 + [("end", True)] * 2 and gc.isenabled()
+    gc.disable()
+    try:
+        seen.clear()
+        v.step(["a", "b"])
+        assert not gc.isenabled(), "a collector the caller turned off stays off"
+    finally:
+        gc.enable()
+    seen.clear()
+    off = AsyncVectorEnv([lambda: Probe(length=9, delay=0.0)] * 2, pause_gc=False)
+    off.reset(seed=0)
+    off.step(["a", "b"])
+    assert seen and all(enabled for _, enabled in seen)
+
+
 def test_an_interrupt_in_one_slot_stops_the_round_and_cancels_the_others():
     cancelled = []
 
