@@ -17,6 +17,7 @@ stateless child's request and every child's report are packed with `struct` (see
 from __future__ import annotations
 
 import base64
+import gc
 import json
 import os
 import select
@@ -583,8 +584,7 @@ class Supervisor:
         self.stdio = _stateless_stdio()
 
     def serve(self) -> None:
-        import gc
-
+        """Answer the host's requests until it closes the pipe."""
         # children share the supervisor's pages copy-on-write; a frozen heap is never touched
         # by their garbage collector, so forking stays cheap
         gc.freeze()
@@ -665,6 +665,9 @@ class Supervisor:
         res_r, res_w = os.pipe()
         in_r, in_w = os.pipe()
         req_r, req_w = os.pipe()
+        # what the supervisor made since the last fork joins the frozen heap: the child starts
+        # with an empty young generation, so its collector never walks (and copies) our pages
+        gc.freeze()
         pid = os.fork()
         if pid == 0:
             _run_stateless_child(
@@ -910,8 +913,6 @@ def _release_free_memory() -> None:
     Every fork copies the page tables of this process and every child unmaps them again, so
     each megabyte kept here costs on every call (glibc only; elsewhere a no-op).
     """
-    import gc
-
     gc.collect()
     try:
         import ctypes
