@@ -2,7 +2,8 @@
 
 Cases: one env, a wrapped env, vectors of 64 and 1,024 envs (sync and async), an I/O-bound
 env (each `astep` awaits 0.02 s; 1,024 envs) as a fraction of the ideal num_envs / latency,
-and `import` time. Run: `python bench/envs.py [--quick]`. GEM columns appear when
+next to what bare asyncio reaches on the same machine (one task per env, no vector: the
+ceiling for that case), and `import` time. Run: `python bench/envs.py [--quick]`. GEM columns appear when
 `gem-llm` is installed (`pip install gem-llm`).
 """
 
@@ -114,6 +115,42 @@ class SleepyEnv(Env):
         return "ok", 0.0, False, False, {}
 
 
+def bare_asyncio_rounds(n: int, rounds: int) -> int:
+    """What asyncio alone allows: `rounds` rounds of `n` tasks each awaiting the latency.
+
+    No vector, no env: one task per env joined by a counter, on the loop `AsyncVectorEnv`
+    uses, with the collector paused as it does. The I/O-bound case cannot beat this ceiling.
+    """
+    import gc
+
+    from gemkit.vector.aio import new_event_loop
+
+    async def one(join: list) -> None:
+        await asyncio.sleep(SleepyEnv.latency)
+        join[0] -= 1
+        if not join[0]:
+            join[1].set_result(None)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(rounds):
+            join = [n, loop.create_future()]
+            tasks = [loop.create_task(one(join)) for _ in range(n)]
+            await join[1]
+            del tasks
+
+    loop = new_event_loop()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        loop.run_until_complete(main())
+    finally:
+        if enabled:
+            gc.enable()
+        loop.close()
+    return n * rounds
+
+
 def import_time(module: str) -> float:
     """Seconds `python -X importtime -c 'import module'` reports for the module itself."""
     out = subprocess.run(
@@ -211,6 +248,8 @@ def main() -> None:
     add("I/O-bound 1024 envs (0.02 s)", ours, theirs)
     print(f"  gemkit fraction of ideal ({ideal:,.0f} steps/s): {ours / ideal:.2f}"
           + (f"; GEM: {theirs / ideal:.2f}" if theirs else ""))
+    ceiling = rate(lambda: bare_asyncio_rounds(n, steps), t)
+    print(f"  bare asyncio on this machine (one task per env, no vector): {ceiling / ideal:.2f}")
 
     # import time
     ours_imp = import_time("gemkit")
