@@ -356,42 +356,38 @@ class Sandbox:
             spec = backends.unsafe_local_command(self.python, config, workdir=workdir)
         return _Worker(spec)
 
-    def _try_acquire(self) -> _Worker | None:
-        """An idle, live worker at once, or None (then a thread waits for one)."""
-        with self._cond:
-            if self._closed:
-                raise SandboxError("this sandbox is closed; create a new Sandbox")
-            while self._idle:
-                worker = self._idle.pop(0)
-                if worker.proc.poll() is None:
-                    break
-                self._count -= 1  # died while idle (say, the OOM killer)
-                self._cond.notify()
-                threading.Thread(target=worker.kill, daemon=True).start()
-            else:
-                return None
-            spare = self._reserve_spare()
-        if spare:
-            threading.Thread(target=self._start_spare, daemon=True).start()
-        return worker
+    def _take_idle(self) -> _Worker | None:
+        """A live idle worker, least recently used first, or None (with the lock held).
 
-    def _acquire(self) -> _Worker:
-        spare = False
+        Least recently used: it has long finished forking its next child. A worker that died
+        while idle (say, the OOM killer) is dropped on the way.
+        """
+        while self._idle:
+            worker = self._idle.pop(0)
+            if worker.proc.poll() is None:
+                return worker
+            self._count -= 1
+            self._cond.notify()
+            threading.Thread(target=worker.kill, daemon=True).start()
+        return None
+
+    def _acquire(self, *, wait: bool = True) -> _Worker | None:
+        """A live worker: an idle one, else a new one while the pool may grow, else the next
+        one released. With `wait=False`, an idle one or None at once (never starts one)."""
         with self._cond:
             while True:
                 if self._closed:
                     raise SandboxError("this sandbox is closed; create a new Sandbox")
-                if self._idle:
-                    # least recently used first: it has long finished forking its next child
-                    worker = self._idle.pop(0)
-                    spare = self._reserve_spare()
+                worker = self._take_idle()
+                if worker is not None:
                     break
+                if not wait:
+                    return None
                 if self._count < self.max_workers:
                     self._count += 1
-                    worker = None
-                    spare = self._reserve_spare()
                     break
                 self._cond.wait()
+            spare = self._reserve_spare()
         if spare:
             threading.Thread(target=self._start_spare, daemon=True).start()
         if worker is not None:
@@ -442,7 +438,8 @@ class Sandbox:
         n = self.max_workers if n is None else min(n, self.max_workers)
         started = [self._acquire() for _ in range(n)]
         for w in started:
-            self._release(w, True)
+            if w is not None:  # a waiting acquire always returns one
+                self._release(w, True)
 
     # -- running code --------------------------------------------------------------------------
 
@@ -585,9 +582,7 @@ class Sandbox:
 
     def _run_request(self, req: dict[str, Any]) -> ExecResult:
         worker = self._acquire()
-        while worker.proc.poll() is not None:  # died while idle (say, the OOM killer)
-            self._release(worker, False)
-            worker = self._acquire()
+        assert worker is not None  # a waiting acquire always returns one
         healthy = False
         try:
             result, healthy = self._exec_on(worker, req)
@@ -610,7 +605,7 @@ class Sandbox:
         """
         loop = asyncio.get_running_loop()
         req = self._request(code, stdin=stdin, timeout=timeout, files=files, stateful=False)
-        worker = self._try_acquire()
+        worker = self._acquire(wait=False)
         if worker is None:
             return await loop.run_in_executor(self._executor, self._run_request, req)
         healthy = False
