@@ -731,18 +731,7 @@ class Supervisor:
             reply["exit_code"] = exit_code
         elif "exit_code" not in reply:
             reply["exit_code"] = exit_code
-        if timed_out:
-            reply["timed_out"] = True
-            reply["limit_hit"] = "wall"
-        elif limit_hit:
-            reply["limit_hit"] = limit_hit
-            reply["timed_out"] = limit_hit == "cpu"
-        elif (reply.get("exception") or {}).get("type") == "MemoryError":
-            reply["limit_hit"] = "memory"
-        elif (reply.get("exception") or {}).get("limit"):
-            reply["limit_hit"] = reply["exception"]["limit"]
-        elif raw is None and exit_code < 0:
-            reply["limit_hit"] = "killed"
+        _mark_limit(reply, timed_out, limit_hit, "killed" if raw is None and exit_code < 0 else None)
         reply["duration"] = duration
         reply["clean"] = _wipe(self.config["workdir"]) and self._wipe_tmp()
         return reply
@@ -843,10 +832,7 @@ class Supervisor:
         reply = _reply_output(captures)
         if raw is not None and not timed_out:
             reply.update(_parse_result(raw))
-            if (reply.get("exception") or {}).get("type") == "MemoryError":
-                reply["limit_hit"] = "memory"
-            elif (reply.get("exception") or {}).get("limit"):
-                reply["limit_hit"] = reply["exception"]["limit"]
+            _mark_limit(reply, False, None)
         else:
             # the session is gone (timeout, crash, limit): its state is lost
             pid = s["pid"]
@@ -863,20 +849,35 @@ class Supervisor:
             self._end_session()
             reply["exit_code"] = exit_code if exit_code else 1
             reply["session_lost"] = True
-            if timed_out:
-                reply["timed_out"] = True
-                reply["limit_hit"] = "wall"
-            elif limit_hit:
-                reply["limit_hit"] = limit_hit
-                reply["timed_out"] = limit_hit == "cpu"
-            elif exit_code < 0:
-                reply["limit_hit"] = "killed"
-            else:  # os._exit() in the code, or the session process failed
-                reply["limit_hit"] = "exited"
+            # no report came: killed by a signal, or os._exit() in the code / a failed session
+            _mark_limit(reply, timed_out, limit_hit, "killed" if exit_code < 0 else "exited")
         if restarted:
             reply["session_lost"] = True
         reply["duration"] = duration
         return reply
+
+
+def _mark_limit(
+    reply: dict, timed_out: bool, limit_hit: str | None, otherwise: str | None = None
+) -> None:
+    """Name in `reply` the limit that stopped the code; the first that applies wins.
+
+    The wall clock, then a limit signal (CPU time, file size), then what the code's own report
+    shows (a MemoryError, a file-size OSError), then `otherwise` (how it ended, if given).
+    """
+    exception = reply.get("exception") or {}
+    if timed_out:
+        reply["timed_out"] = True
+        reply["limit_hit"] = "wall"
+    elif limit_hit:
+        reply["limit_hit"] = limit_hit
+        reply["timed_out"] = limit_hit == "cpu"
+    elif exception.get("type") == "MemoryError":
+        reply["limit_hit"] = "memory"
+    elif exception.get("limit"):
+        reply["limit_hit"] = exception["limit"]
+    elif otherwise:
+        reply["limit_hit"] = otherwise
 
 
 def _parse_result(raw: bytes | None) -> dict:
