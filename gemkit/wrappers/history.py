@@ -133,7 +133,52 @@ def _args_json(args: Any) -> str:
     return args if isinstance(args, str) else json.dumps(args)
 
 
-class ChatHistory(Wrapper):
+class _History(Wrapper):
+    """What the history wrappers share: reset starts a history, each step extends it.
+
+    A subclass says how (`_start(obs)`, `_extend(action, obs, info)`) and what text the env
+    receives for an action (`_env_action`, the action itself by default).
+    """
+
+    def _start(self, obs: str) -> Any:
+        raise NotImplementedError
+
+    def _extend(self, action: Any, obs: str, info: Mapping[str, Any]) -> Any:
+        raise NotImplementedError
+
+    def _env_action(self, action: Any) -> str:
+        return action
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
+        """Reset the env; the observation is the history's start (the task)."""
+        obs, info = self.env.reset(seed=seed, options=options)
+        return self._start(obs), info
+
+    async def areset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
+        """Async twin of `reset`."""
+        obs, info = await self.env.areset(seed=seed, options=options)
+        return self._start(obs), info
+
+    def step(self, action: Any) -> StepResult:
+        """Step the env; the observation is the history so far."""
+        obs, reward, terminated, truncated, info = self.env.step(self._env_action(action))
+        return self._extend(action, obs, info), reward, terminated, truncated, info
+
+    async def astep(self, action: Any) -> StepResult:
+        """Async twin of `step`."""
+        obs, reward, terminated, truncated, info = await self.env.astep(self._env_action(action))
+        return self._extend(action, obs, info), reward, terminated, truncated, info
+
+    def runs_sync(self, method: str | None = None) -> bool:
+        """Pure bookkeeping: as sync as the env it wraps."""
+        return inner_runs_sync(self.env, method)
+
+
+class ChatHistory(_History):
     """Observation = the whole episode as OpenAI chat messages.
 
     `[system]` (optional), `user` (the first observation: the task), then for each step the
@@ -176,36 +221,11 @@ class ChatHistory(Wrapper):
             self.messages.append({"role": "user", "content": obs})
         return list(self.messages)
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ResetResult:
-        """Reset the env; the observation is `[system], user(task)`."""
-        obs, info = self.env.reset(seed=seed, options=options)
-        return self._start(obs), info
-
-    async def areset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ResetResult:
-        """Async twin of `reset`."""
-        obs, info = await self.env.areset(seed=seed, options=options)
-        return self._start(obs), info
-
-    def step(self, action: str | Mapping[str, Any]) -> StepResult:  # type: ignore[override]
-        """Step the env with the action's text; the observation is the message list so far."""
-        obs, reward, terminated, truncated, info = self.env.step(action_text(action))
-        return self._extend(action, obs, info), reward, terminated, truncated, info
-
-    async def astep(self, action: str | Mapping[str, Any]) -> StepResult:  # type: ignore[override]
-        """Async twin of `step`."""
-        obs, reward, terminated, truncated, info = await self.env.astep(action_text(action))
-        return self._extend(action, obs, info), reward, terminated, truncated, info
-
-    def runs_sync(self, method: str | None = None) -> bool:
-        """Pure bookkeeping: as sync as the env it wraps."""
-        return inner_runs_sync(self.env, method)
+    def _env_action(self, action: str | Mapping[str, Any]) -> str:
+        return action_text(action)
 
 
-class ConcatHistory(Wrapper):
+class ConcatHistory(_History):
     """Observation = one text: the task, then each action and observation in order.
 
     `action_template` and `observation_template` format each entry (`{action}`,
@@ -232,38 +252,10 @@ class ConcatHistory(Wrapper):
         self.parts = [obs]
         return self.history_text()
 
-    def _extend(self, action: str, obs: str) -> str:
+    def _extend(self, action: str, obs: str, info: Mapping[str, Any]) -> str:
         self.parts.append(self.action_template.format(action=action))
         self.parts.append(self.observation_template.format(observation=obs))
         return self.history_text()
-
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ResetResult:
-        """Reset the env; the observation is the task."""
-        obs, info = self.env.reset(seed=seed, options=options)
-        return self._start(obs), info
-
-    async def areset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ResetResult:
-        """Async twin of `reset`."""
-        obs, info = await self.env.areset(seed=seed, options=options)
-        return self._start(obs), info
-
-    def step(self, action: str) -> StepResult:
-        """Step the env; the observation is the history text so far."""
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return self._extend(action, obs), reward, terminated, truncated, info
-
-    async def astep(self, action: str) -> StepResult:
-        """Async twin of `step`."""
-        obs, reward, terminated, truncated, info = await self.env.astep(action)
-        return self._extend(action, obs), reward, terminated, truncated, info
-
-    def runs_sync(self, method: str | None = None) -> bool:
-        """Pure bookkeeping: as sync as the env it wraps."""
-        return inner_runs_sync(self.env, method)
 
 
 class WindowedHistory(ConcatHistory):
