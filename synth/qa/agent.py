@@ -40,8 +40,34 @@ SEED_TYPES = {"person": 3.0, "company": 1.5, "university": 1.0, "book": 1.5, "fi
               "band": 1.0, "railway": 1.0, "mountain": 0.8, "river": 0.8, "event": 1.0, "city": 1.0}
 
 
+class EditCounts:
+    """Counts of the accepted edits of a question (shared by both agents' states)."""
+
+    edits: list[dict[str, Any]]
+
+    @property
+    def n_inject(self) -> int:
+        """Accepted injections."""
+        return sum(e["op"] == "inject" for e in self.edits)
+
+    @property
+    def n_fuzz(self) -> int:
+        """Accepted fuzzes."""
+        return sum(e["op"] == "fuzz" for e in self.edits)
+
+    def still_needed(self, target: dict[str, int]) -> dict[str, int]:
+        """How many of each edit kind `target` still asks for."""
+        return {"inject": target["inject"] - self.n_inject, "fuzz": target["fuzz"] - self.n_fuzz}
+
+
+def choose_op(need: dict[str, int], ops: list[str], rng: np.random.Generator) -> str:
+    """An edit kind among `ops`, weighted by how many of each are still needed."""
+    weights = np.array([need[op] for op in ops], dtype=float)
+    return ops[int(rng.choice(len(ops), p=weights / weights.sum()))]
+
+
 @dataclass
-class QAState:
+class QAState(EditCounts):
     """Everything the agent knows about the question it is growing."""
 
     question: str
@@ -58,16 +84,6 @@ class QAState:
     def __post_init__(self) -> None:
         self.seen |= entity_ids(self.lf) | {self.answer_id}
 
-    @property
-    def n_inject(self) -> int:
-        """Accepted injections."""
-        return sum(e["op"] == "inject" for e in self.edits)
-
-    @property
-    def n_fuzz(self) -> int:
-        """Accepted fuzzes."""
-        return sum(e["op"] == "fuzz" for e in self.edits)
-
 
 @dataclass
 class AgentConfig:
@@ -83,6 +99,13 @@ class AgentConfig:
     closed_book_samples: int = 3
     solver_max_calls: int = 120
     max_fits: int = 16  # an injected description may fit at most this many entities
+
+    def edit_targets(self, rng: np.random.Generator) -> dict[str, int]:
+        """How many injections and fuzzes to aim for (drawn once per question)."""
+        return {
+            "inject": self.min_inject + int(rng.random() < self.extra_inject),
+            "fuzz": self.min_fuzz + int(rng.random() < self.extra_fuzz),
+        }
 
 
 def support_of(fact: Fact, mention: tuple[str, str] | None = None) -> dict[str, Any]:
@@ -257,16 +280,14 @@ class RuleAgent:
     async def grow(self, state: QAState, rng: np.random.Generator) -> QAState:
         """Apply inject and fuzz edits until the targets are met or no edit passes."""
         cfg = self.config
-        target = {"inject": cfg.min_inject + int(rng.random() < cfg.extra_inject),
-                  "fuzz": cfg.min_fuzz + int(rng.random() < cfg.extra_fuzz)}
+        target = cfg.edit_targets(rng)
         stuck: set[str] = set()
         for _ in range(cfg.max_steps):
-            need = {"inject": target["inject"] - state.n_inject, "fuzz": target["fuzz"] - state.n_fuzz}
+            need = state.still_needed(target)
             ops = [op for op, k in need.items() if k > 0 and op not in stuck]
             if not ops:
                 break
-            weights = np.array([need[op] for op in ops], dtype=float)
-            op = ops[int(rng.choice(len(ops), p=weights / weights.sum()))]
+            op = choose_op(need, ops, rng)
             if op == "inject":
                 done = False
                 # search one entity at a time: most steps succeed on the first

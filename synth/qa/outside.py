@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from gemkit.errors import GemkitError
-from gemkit.synth.qa.agent import AgentConfig
+from gemkit.synth.qa.agent import AgentConfig, EditCounts, choose_op
 from gemkit.synth.qa.logic import mentions
 from gemkit.synth.qa.solver import grade
 from gemkit.synth.qa.verify import check_form
@@ -124,7 +124,7 @@ def parse_json(text: str) -> dict[str, Any] | None:
 
 
 @dataclass
-class OutsideState:
+class OutsideState(EditCounts):
     """The state of a question grown on an outside corpus (no logical form)."""
 
     question: str
@@ -135,16 +135,6 @@ class OutsideState:
     edits: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[dict[str, Any]] = field(default_factory=list)
     lf: Any = None
-
-    @property
-    def n_inject(self) -> int:
-        """Accepted injections."""
-        return sum(e["op"] == "inject" for e in self.edits)
-
-    @property
-    def n_fuzz(self) -> int:
-        """Accepted fuzzes."""
-        return sum(e["op"] == "fuzz" for e in self.edits)
 
 
 class OutsideAgent:
@@ -231,16 +221,14 @@ class OutsideAgent:
     async def grow(self, state: OutsideState, rng: np.random.Generator) -> OutsideState:
         """Inject and fuzz until the targets are met, or four edits in a row fail."""
         cfg = self.config
-        target = {"inject": cfg.min_inject + int(rng.random() < cfg.extra_inject),
-                  "fuzz": cfg.min_fuzz + int(rng.random() < cfg.extra_fuzz)}
+        target = cfg.edit_targets(rng)
         failures = 0
         for _ in range(cfg.max_steps):
-            need = {"inject": target["inject"] - state.n_inject, "fuzz": target["fuzz"] - state.n_fuzz}
+            need = state.still_needed(target)
             ops = [op for op, k in need.items() if k > 0]
             if not ops or failures >= 4:
                 break
-            w = np.array([need[op] for op in ops], dtype=float)
-            op = ops[int(rng.choice(len(ops), p=w / w.sum()))]
+            op = choose_op(need, ops, rng)
             ok = await (self.inject(state) if op == "inject" else self.fuzz(state))
             failures = 0 if ok else failures + 1
         return state
