@@ -232,12 +232,20 @@ class OpponentEnv(Env):
                 acts[a] = await self.opponents[a].act(self._obs.get(a, ""))
         return acts
 
-    def _start(self, seed: int | None) -> None:
+    def _start(self, seed: int | None) -> int:
+        """Reseed this env and the opponents; return the seed for the wrapped game's reset."""
         if seed is not None:
             super().reset(seed=seed)
         for policy in dict.fromkeys(self.opponents.values()):
             policy.reset()
             _reseed(policy, self.np_random)
+        return int(self.np_random.integers(2**31))
+
+    def _opened(self, obs: dict[str, str], infos: dict[str, Any]) -> dict[str, Any]:
+        """Take the game's first views; return the tally for the opponents' opening moves."""
+        self._obs = dict(obs)
+        info = infos.get(self.agent, {})
+        return {"reward": 0.0, "terminated": False, "truncated": False, "info": info}
 
     def _merge(self, out: MultiStepResult, acc: dict[str, Any]) -> bool:
         obs, rewards, terminated, truncated, infos = out
@@ -264,19 +272,9 @@ class OpponentEnv(Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> ResetResult:
         """Reset the game, let opponents play until the learner is on turn; return its view."""
-        self._start(seed)
-        env_seed = int(self.np_random.integers(2**31))
-        obs, infos = self.env.reset(seed=env_seed, options=options)
-        self._obs = dict(obs)
-        acc = {
-            "reward": 0.0,
-            "terminated": False,
-            "truncated": False,
-            "info": infos.get(self.agent, {}),
-        }
+        acc = self._opened(*self.env.reset(seed=self._start(seed), options=options))
         moves = self._play_opponents_sync(acc)
-        info = {**acc["info"], "opponent_actions": moves}
-        return self._obs.get(self.agent, ""), info
+        return self._obs.get(self.agent, ""), {**acc["info"], "opponent_actions": moves}
 
     def step(self, action: str) -> StepResult:
         """Play the learner's action, then the opponents' until it is the learner's turn."""
@@ -303,16 +301,7 @@ class OpponentEnv(Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> ResetResult:
         """Async twin of `reset` (awaits async opponents, e.g. an `LLMPolicy`)."""
-        self._start(seed)
-        env_seed = int(self.np_random.integers(2**31))
-        obs, infos = await self.env.areset(seed=env_seed, options=options)
-        self._obs = dict(obs)
-        acc = {
-            "reward": 0.0,
-            "terminated": False,
-            "truncated": False,
-            "info": infos.get(self.agent, {}),
-        }
+        acc = self._opened(*(await self.env.areset(seed=self._start(seed), options=options)))
         moves = await self._play_opponents(acc)
         return self._obs.get(self.agent, ""), {**acc["info"], "opponent_actions": moves}
 

@@ -731,7 +731,8 @@ class Supervisor:
             reply["exit_code"] = exit_code
         elif "exit_code" not in reply:
             reply["exit_code"] = exit_code
-        _mark_limit(reply, timed_out, limit_hit, "killed" if raw is None and exit_code < 0 else None)
+        killed = raw is None and exit_code < 0
+        _mark_limit(reply, timed_out, limit_hit, "killed" if killed else None)
         reply["duration"] = duration
         reply["clean"] = _wipe(self.config["workdir"]) and self._wipe_tmp()
         return reply
