@@ -45,6 +45,10 @@ ENV = {
     "OMP_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
 }
+#: for the supervisor alone (it takes them out of its environment before any child starts):
+#: every symbol bound at start-up, so that no forked child binds one lazily and copies the pages
+#: that binding writes
+SUPERVISOR_ENV = {"LD_BIND_NOW": "1"}
 PIVOT_ROOT_SYSCALL = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 # code runs under uids from this range, one per sandbox process, so that the kernel's per-uid
 # process count (RLIMIT_NPROC) is counted per sandbox and never against root, which it exempts
@@ -95,7 +99,9 @@ def shared_paths(python: str, ro_paths: list[str]) -> list[str]:
         if not any(p == s or p.startswith(s + "/") for s in SYSTEM_PATHS)
     ]
     hidden = [
-        p for p in paths if p in ("/tmp", WORKDIR) or p.startswith((WORKDIR + "/", "/proc/", "/dev/"))
+        p
+        for p in paths
+        if p in ("/tmp", WORKDIR) or p.startswith((WORKDIR + "/", "/proc/", "/dev/"))
     ]
     if hidden:
         raise SandboxUnavailableError(
@@ -217,7 +223,7 @@ def bwrap_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[str
         parents(path)
         argv += ["--ro-bind", path, path]
     argv += ["--chdir", WORKDIR, "--clearenv"]
-    for key, value in ENV.items():
+    for key, value in {**ENV, **SUPERVISOR_ENV}.items():
         argv += ["--setenv", key, value]
     config.update(workdir=WORKDIR, scratch=["/tmp"], pidns=True)
     argv += [python, "-I", "-c", _bootstrap(), _worker_source(), json.dumps(config)]
@@ -258,13 +264,13 @@ def unshare_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[s
         },
     )
     argv += [python, "-I", "-c", _bootstrap(), _worker_source(), json.dumps(config)]
-    return LaunchSpec(argv=argv, config=config, env=dict(ENV))
+    return LaunchSpec(argv=argv, config=config, env={**ENV, **SUPERVISOR_ENV})
 
 
 def unsafe_local_command(python: str, config: dict, *, workdir: str) -> LaunchSpec:
     """No isolation but resource limits: the code runs as this user in a temp directory."""
     config.update(workdir=workdir, scratch=[], pidns=False)
-    env = dict(ENV, HOME=workdir, TMPDIR=workdir)
+    env = {**ENV, "HOME": workdir, "TMPDIR": workdir, **SUPERVISOR_ENV}
     argv = [python, "-I", "-c", _bootstrap(), _worker_source(), json.dumps(config)]
     return LaunchSpec(argv=argv, config=config, cwd=workdir, env=env, cleanup=[workdir])
 

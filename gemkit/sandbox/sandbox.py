@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import atexit
-import base64
 import logging
 import math
 import os
@@ -30,7 +29,7 @@ from typing import Any
 
 from gemkit.errors import GemkitError
 from gemkit.sandbox import backends
-from gemkit.sandbox.worker import HEADER, encode_frame
+from gemkit.sandbox.worker import HEADER, encode_frame, encode_request
 
 log = logging.getLogger(__name__)
 
@@ -468,15 +467,20 @@ class Sandbox:
         t = self.timeout if timeout is None else float(timeout)
         if t <= 0:
             raise SandboxError(f"timeout must be > 0 seconds, got {timeout}")
-        return {
+        limits = self._limits()
+        req = {
             "op": "exec",
-            "code": code,
             "stdin": stdin,
             "timeout": t,
             "files": _encode_files(files),
-            "limits": self._limits(),
+            "limits": limits,
             "stateful": stateful,
         }
+        if stateful:
+            req["code"] = code
+        else:  # the child's own request, made here: the supervisor passes it on unread
+            req["child"] = encode_request(code, t, limits)
+        return req
 
     def _exec_on(self, worker: _Worker, req: dict[str, Any]) -> tuple[ExecResult, bool]:
         """Run a request on a worker; return the result and whether the worker is reusable."""
@@ -759,8 +763,8 @@ def shared_sandbox(**options: Any) -> Sandbox:
         return sb
 
 
-def _encode_files(files: Mapping[str, str | bytes] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
+def _encode_files(files: Mapping[str, str | bytes] | None) -> dict[str, bytes]:
+    out: dict[str, bytes] = {}
     for name, content in (files or {}).items():
         parts = name.replace("\\", "/").split("/")
         if not name or name.startswith("/") or ".." in parts or "" in parts:
@@ -768,8 +772,7 @@ def _encode_files(files: Mapping[str, str | bytes] | None) -> dict[str, str]:
                 f"file name {name!r} must be a relative path inside the sandbox without '..', "
                 "e.g. 'data/input.txt'"
             )
-        raw = content.encode("utf-8") if isinstance(content, str) else bytes(content)
-        out[name] = base64.b64encode(raw).decode("ascii")
+        out[name] = content.encode("utf-8") if isinstance(content, str) else bytes(content)
     return out
 
 

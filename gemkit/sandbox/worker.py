@@ -4,29 +4,38 @@ This file is passed to the sandboxed interpreter as source (`python -I -c <sourc
 so it must stay standard-library only and import nothing from gemkit. The host imports it only
 for the framing helpers (`encode_frame`, `HEADER`).
 
-Protocol: each message is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON.
-Host -> supervisor: `{"op": "exec" | "reset" | "ping", ...}`; supervisor -> host: one reply per
-request. The supervisor never runs user code in its own process: each `exec` runs in a forked
-child (stateless mode: a fresh child per call; stateful mode: one long-lived session child),
-with resource limits, a dropped uid where possible, and no access to the protocol pipes.
-Between the supervisor and its children the frames are the same length-prefixed kind; a
-stateless child's request and every child's report are packed with `struct` (see
-`encode_request`, `encode_report`), a session's requests are JSON.
+Protocol: each message is a 4-byte big-endian length followed by that many bytes. The host's
+requests are `marshal` data (the host is trusted; marshal is the cheapest to read here):
+`{"op": "exec" | "reset" | "ping", ...}`; the supervisor's replies are UTF-8 JSON, which the
+host can parse safely whatever this process sends. The supervisor never runs user code in its
+own process: each `exec` runs in a forked child (stateless mode: a fresh child per call;
+stateful mode: one long-lived session child), with resource limits, a dropped uid where
+possible, and no access to the protocol pipes. A stateless request carries its child's request
+ready-made (`encode_request`, packed with `struct` by the host), which the supervisor passes on
+unread; every child's report is packed with `struct` (`encode_report`); a session's requests
+are marshal frames.
 """
 
 from __future__ import annotations
 
-import base64
+import _signal
 import gc
+import io
 import json
+import linecache
+import marshal
 import os
+import resource
 import select
 import signal
 import struct
 import sys
 import time
+import traceback
 
 HEADER = struct.Struct(">I")
+_SIGPIPE, _SIGTERM, _SIG_DFL = int(signal.SIGPIPE), int(signal.SIGTERM), int(signal.SIG_DFL)
+_STDIO_NAMES = ("stdin", "stdout", "stderr")
 #: the filename this source is compiled under in the sandbox (its frames are hidden)
 WORKER_FILENAME = "<gemkit-sandbox>"
 MAX_REQUEST = 256 * 1024 * 1024
@@ -34,8 +43,33 @@ MAX_RESULT = 1024 * 1024
 
 
 def encode_frame(obj: object) -> bytes:
-    """One protocol message: length header + JSON body."""
-    body = json.dumps(obj).encode("utf-8")
+    """One request (host to supervisor, supervisor to session): length header + marshal body."""
+    body = marshal.dumps(obj)
+    return HEADER.pack(len(body)) + body
+
+
+def _not_json(obj: object) -> object:
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+# the C encoder json.dumps would build anew for every reply, built once
+_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_reply_chunks = (
+    None
+    if _make_encoder is None
+    else _make_encoder(
+        None, _not_json, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+)
+
+
+def encode_reply(obj: dict) -> bytes:
+    """One reply (supervisor to host): length header + JSON body."""
+    if _reply_chunks is None:
+        text = json.dumps(obj, separators=(",", ":"))
+    else:
+        text = "".join(_reply_chunks(obj, 0))
+    body = text.encode("utf-8")
     return HEADER.pack(len(body)) + body
 
 
@@ -62,7 +96,7 @@ def _read_body(fd: int) -> bytes | None:
 
 def _read_frame(fd: int) -> object | None:
     body = _read_body(fd)
-    return None if body is None else json.loads(body)
+    return None if body is None else marshal.loads(body)
 
 
 # A stateless child's request and report are packed by hand, not JSON: a forked child copies
@@ -79,14 +113,15 @@ def encode_request(code: str, timeout: float, limits: dict) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def _read_request(fd: int) -> dict | None:
+def _read_request(fd: int) -> tuple | None:
+    """A stateless child's request: (code, timeout, memory, file size, open files, processes).
+
+    A limit that was None arrives as -1.
+    """
     body = _read_body(fd)
     if body is None or len(body) < _REQUEST.size:
         return None
-    timeout, *values = _REQUEST.unpack_from(body)
-    limits = {k: None if v < 0 else v for k, v in zip(_LIMIT_KEYS, values, strict=True)}
-    code = body[_REQUEST.size :].decode("utf-8", "surrogatepass")
-    return {"code": code, "timeout": timeout, "limits": limits}
+    return (body[_REQUEST.size :].decode("utf-8", "surrogatepass"), *_REQUEST.unpack_from(body))
 
 
 def encode_report(result: dict) -> bytes:
@@ -112,18 +147,18 @@ def _write_all(fd: int, data: bytes) -> None:
 # -- the child that runs user code -------------------------------------------------------------
 
 
+def _cap(which: int, value: int) -> None:
+    """Set a limit to `value`, or as close as an existing hard limit allows."""
+    try:
+        resource.setrlimit(which, (value, value))
+    except (ValueError, OSError):
+        # lowering never fails; a value above an existing hard cap keeps that cap
+        soft, hard = resource.getrlimit(which)
+        if hard == resource.RLIM_INFINITY or value < hard:
+            resource.setrlimit(which, (min(value, hard), hard))
+
+
 def _set_limits(limits: dict, cpu_seconds: float | None, session: bool = False) -> None:
-    import resource
-
-    def cap(which: int, value: int) -> None:
-        try:
-            resource.setrlimit(which, (value, value))
-        except (ValueError, OSError):
-            # lowering never fails; a value above an existing hard cap keeps that cap
-            soft, hard = resource.getrlimit(which)
-            if hard == resource.RLIM_INFINITY or value < hard:
-                resource.setrlimit(which, (min(value, hard), hard))
-
     if cpu_seconds is not None:
         used = resource.getrusage(resource.RUSAGE_SELF)
         soft = int(used.ru_utime + used.ru_stime + cpu_seconds) + 1
@@ -136,15 +171,25 @@ def _set_limits(limits: dict, cpu_seconds: float | None, session: bool = False) 
             resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
         else:
             resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
-    if limits.get("memory_bytes"):
-        cap(resource.RLIMIT_AS, int(limits["memory_bytes"]))
-    if limits.get("file_bytes") is not None:
-        cap(resource.RLIMIT_FSIZE, int(limits["file_bytes"]))
-    if limits.get("nofile"):
-        cap(resource.RLIMIT_NOFILE, int(limits["nofile"]))
-    if limits.get("nproc"):
-        cap(resource.RLIMIT_NPROC, int(limits["nproc"]))
-    cap(resource.RLIMIT_CORE, 0)
+    _limit(
+        limits.get("memory_bytes") or -1,
+        -1 if limits.get("file_bytes") is None else limits["file_bytes"],
+        limits.get("nofile") or -1,
+        limits.get("nproc") or -1,
+    )
+
+
+def _limit(memory: int, file_size: int, nofile: int, nproc: int) -> None:
+    """Cap memory, file size, open files and processes (-1: leave as is); no core dumps."""
+    if memory > 0:
+        _cap(resource.RLIMIT_AS, int(memory))
+    if file_size >= 0:
+        _cap(resource.RLIMIT_FSIZE, int(file_size))
+    if nofile > 0:
+        _cap(resource.RLIMIT_NOFILE, int(nofile))
+    if nproc > 0:
+        _cap(resource.RLIMIT_NPROC, int(nproc))
+    _cap(resource.RLIMIT_CORE, 0)
 
 
 def _drop_privileges(config: dict) -> None:
@@ -158,8 +203,6 @@ def _drop_privileges(config: dict) -> None:
 
 
 def _describe_exception(exc: BaseException) -> dict:
-    import traceback
-
     try:
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
         # drop the frames of this file: the user only wrote `<code>`
@@ -172,8 +215,6 @@ def _describe_exception(exc: BaseException) -> dict:
 
 def _execute(code: str, namespace: dict) -> dict:
     """Run code like `python -c` would: print the traceback on stderr; return what happened."""
-    import linecache
-
     # finished: the code ran to its last line (no exception, no exit call)
     result: dict = {"exception": None, "exit_code": 0, "finished": False}
     # lets tracebacks quote the user's lines
@@ -213,8 +254,6 @@ def _execute(code: str, namespace: dict) -> dict:
 
 
 def _fresh_stdio(stdin_text: str | None) -> None:
-    import io
-
     sys.stdout = io.TextIOWrapper(
         os.fdopen(1, "wb", closefd=False),
         encoding="utf-8",
@@ -235,23 +274,60 @@ def _fresh_stdio(stdin_text: str | None) -> None:
     )
 
 
-def _child_enter(config: dict, fds: dict) -> None:
-    """First steps of a fresh child: own session, its pipes on 0/1/2, nothing else, no privileges."""
-    os.setsid()
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    for target, fd in ((0, fds["stdin"]), (1, fds["stdout"]), (2, fds["stderr"])):
-        os.dup2(fd, target)
-    keep = sorted(fd for name, fd in fds.items() if name in ("result", "request"))
-    # close every other descriptor: the protocol pipes to the host stay out of reach
+def _child_plan(config: dict, fds: dict) -> list[tuple]:
+    """The system calls a fresh child makes first, as (function, args) pairs.
+
+    Its own session, default SIGPIPE/SIGTERM, its pipes on 0/1/2, every other descriptor but
+    the result and request pipes closed (the protocol pipes to the host stay out of reach), no
+    privileges, the working directory. The supervisor works the list out before it forks, so
+    the child only runs it: a forked child copies every page it touches, and looking up names
+    and attributes touches many.
+    """
+    plan: list[tuple] = [
+        (os.setsid, ()),
+        (_signal.signal, (_SIGPIPE, _SIG_DFL)),
+        (_signal.signal, (_SIGTERM, _SIG_DFL)),
+    ]
+    plan += [(os.dup2, (fds[name], target)) for target, name in enumerate(_STDIO_NAMES)]
     low = 3
-    for fd in keep:
+    for fd in sorted(fds[name] for name in ("result", "request") if name in fds):
         if fd > low:
-            os.closerange(low, fd)
+            plan.append((os.closerange, (low, fd)))
         low = fd + 1
-    os.closerange(low, 65536)
-    _drop_privileges(config)
-    os.chdir(config["workdir"])
+    plan.append((os.closerange, (low, 65536)))
+    uid = config.get("uid")
+    if uid is not None:
+        gid = config.get("gid", uid)
+        plan += [(os.setgroups, ([],)), (os.setresgid, (gid,) * 3), (os.setresuid, (uid,) * 3)]
+    plan.append((os.chdir, (config["workdir"],)))
+    return plan
+
+
+def _warm_child_path(rounds: int = 20) -> None:
+    """Run the child's side-effect-free steps here until CPython has specialised their code.
+
+    Forked children inherit that: specialised code skips the generic name and attribute
+    lookups, whose cache writes would otherwise copy pages in every child.
+    """
+    r, w = os.pipe()
+    try:
+        frame = encode_request("pass", 1.0, {})
+        report = {"exit_code": 0, "finished": True, "exception": None}
+        for _ in range(rounds):
+            os.write(w, frame)
+            _read_request(r)
+            encode_report(report)
+            _execute("pass", {"__name__": "__main__", "__builtins__": __builtins__})
+            _limit(-1, -1, -1, -1)  # only forbids core dumps, as the supervisor may
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def _child_enter(plan: list[tuple]) -> None:
+    """Make the calls `_child_plan` worked out."""
+    for call, args in plan:
+        call(*args)
 
 
 def _stateless_stdio() -> tuple:
@@ -261,7 +337,6 @@ def _stateless_stdio() -> tuple:
     pipe gives them (not seekable). The supervisor never uses them; a forked child only
     installs them, which costs far less than building three text wrappers per call.
     """
-    import io
 
     saved = [os.dup(fd) for fd in (0, 1, 2)]
     pipes = [os.pipe() for _ in range(3)]
@@ -292,26 +367,32 @@ def _stateless_stdio() -> tuple:
     return stdin, stdout, stderr
 
 
-def _run_stateless_child(config: dict, fds: dict, stdio: tuple) -> None:
-    """A pre-forked child: waits for one request, runs it in a fresh namespace, exits."""
+def _run_stateless_child(plan: list[tuple], fds: dict, stdio: tuple) -> None:
+    """A pre-forked child: waits for one request, runs it in a fresh namespace, exits.
+
+    Lean on purpose: every page of the supervisor's memory this touches is copied, per call.
+    """
     try:
-        _child_enter(config, fds)
+        _child_enter(plan)
         sys.stdin, sys.stdout, sys.stderr = stdio
         req = _read_request(fds["request"])
         if req is None:
             os._exit(0)
-        _set_limits(req["limits"], req["timeout"])
-        namespace = {"__name__": "__main__", "__builtins__": __builtins__}
-        result = _execute(req["code"], namespace)
+        code, timeout, memory, file_size, nofile, nproc = req
+        # a fresh child has used next to no CPU time: no need to ask how much
+        cpu = int(timeout) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        _limit(memory, file_size, nofile, nproc)
+        result = _execute(code, {"__name__": "__main__", "__builtins__": __builtins__})
         _write_all(fds["result"], encode_report(result))
     except BaseException:
         os._exit(70)
     os._exit(0)
 
 
-def _run_session_child(config: dict, limits: dict, fds: dict) -> None:
+def _run_session_child(plan: list[tuple], limits: dict, fds: dict) -> None:
     try:
-        _child_enter(config, fds)
+        _child_enter(plan)
         _set_limits(limits, None)
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
         while True:
@@ -432,11 +513,11 @@ def _write_files(config: dict, files: dict) -> None:
         try:
             _drop_privileges(config)
             workdir = config["workdir"]
-            for name, b64 in files.items():
+            for name, content in files.items():
                 path = os.path.join(workdir, name)
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(path, "wb") as f:
-                    f.write(base64.b64decode(b64))
+                    f.write(content)
             status = 0
         except BaseException as e:
             try:
@@ -579,16 +660,18 @@ class Supervisor:
         self.session: dict | None = None
         self.pidns = bool(config.get("pidns"))
         self.next: dict | None = None  # the pre-forked stateless child
+        self.next_plan: tuple = ()
         self.pending: list[int] = []
         self.stateless_used = False
         self.stdio = _stateless_stdio()
+        _warm_child_path()
 
     def serve(self) -> None:
         """Answer the host's requests until it closes the pipe."""
         # children share the supervisor's pages copy-on-write; a frozen heap is never touched
         # by their garbage collector, so forking stays cheap
         gc.freeze()
-        _write_all(self.wfd, encode_frame({"ready": True, "pid": os.getpid()}))
+        _write_all(self.wfd, encode_reply({"ready": True, "pid": os.getpid()}))
         while True:
             req = _read_frame(self.rfd)
             if req is None:
@@ -603,7 +686,7 @@ class Supervisor:
                     "exit_code": 1,
                     "session_lost": bool(req.get("stateful")),
                 }
-            _write_all(self.wfd, encode_frame(reply))
+            _write_all(self.wfd, encode_reply(reply))
             self.after_reply()
 
     def _wait_until_alone(self, limit: float = 2.0) -> None:
@@ -665,25 +748,20 @@ class Supervisor:
         res_r, res_w = os.pipe()
         in_r, in_w = os.pipe()
         req_r, req_w = os.pipe()
+        fds = {"stdin": in_r, "stdout": out_w, "stderr": err_w, "result": res_w, "request": req_r}
+        plan = _child_plan(self.config, fds)
         # what the supervisor made since the last fork joins the frozen heap: the child starts
         # with an empty young generation, so its collector never walks (and copies) our pages
         gc.freeze()
         pid = os.fork()
         if pid == 0:
-            _run_stateless_child(
-                self.config,
-                {
-                    "stdin": in_r,
-                    "stdout": out_w,
-                    "stderr": err_w,
-                    "result": res_w,
-                    "request": req_r,
-                },
-                self.stdio,
-            )
+            _run_stateless_child(plan, fds, self.stdio)
         for fd in (out_w, err_w, res_w, in_r, req_r):
             os.close(fd)
+        # the plan stays referenced until this child is gone: freeing it now would write to
+        # pages the child still shares, and each such write copies a page
         self.next = {"pid": pid, "out": out_r, "err": err_r, "res": res_r, "in": in_w, "req": req_w}
+        self.next_plan = (plan, fds)
 
     def exec_stateless(self, req: dict) -> dict:
         _write_files(self.config, req.get("files") or {})
@@ -696,10 +774,7 @@ class Supervisor:
         stdin_bytes = stdin.encode("utf-8") if stdin is not None else b""
         start = time.monotonic()
         try:
-            _write_all(
-                child["req"],
-                encode_request(req["code"], req["timeout"], req["limits"]),
-            )
+            _write_all(child["req"], req["child"])
         except OSError:
             pass
         os.close(child["req"])
@@ -745,12 +820,16 @@ class Supervisor:
             except ChildProcessError:
                 pass
         self.pending.clear()
-        if self.pidns and self.session is None:
-            self._wait_until_alone()
-        reaped = {pid for pid, _ in _reap()}
-        if self.session is not None and self.session["pid"] in reaped:
-            self.session["dead"] = True
-        if self.session is None and self.stateless_used:
+        if self.session is not None:
+            reaped = {pid for pid, _ in _reap()}
+            if self.session["pid"] in reaped:
+                self.session["dead"] = True
+            return
+        if self.pidns:
+            self._wait_until_alone()  # reaps as it waits
+        else:
+            _reap()
+        if self.stateless_used:
             self.prefork()
 
     def _start_session(self, limits: dict) -> None:
@@ -759,19 +838,11 @@ class Supervisor:
         res_r, res_w = os.pipe()
         req_r, req_w = os.pipe()
         null = os.open(os.devnull, os.O_RDONLY)
+        fds = {"stdin": null, "stdout": out_w, "stderr": err_w, "result": res_w, "request": req_r}
+        plan = _child_plan(self.config, fds)
         pid = os.fork()
         if pid == 0:
-            _run_session_child(
-                self.config,
-                limits,
-                {
-                    "stdin": null,
-                    "stdout": out_w,
-                    "stderr": err_w,
-                    "result": res_w,
-                    "request": req_r,
-                },
-            )
+            _run_session_child(plan, limits, fds)
         for fd in (out_w, err_w, res_w, req_r, null):
             os.close(fd)
         self.session = {"pid": pid, "out": out_r, "err": err_r, "res": res_r, "req": req_w}
@@ -927,12 +998,9 @@ def _release_free_memory() -> None:
 def main(argv: list[str]) -> None:
     """Entry point inside the sandbox: the last argument is the JSON config."""
     config = json.loads(argv[-1])
+    # set for this process alone (see backends.SUPERVISOR_ENV); the code's own programs never see it
+    os.environ.pop("LD_BIND_NOW", None)
     # move the protocol pipes off 0/1 so nothing the code prints can reach the host
-    import io  # noqa: F401  (imported once here so that forked children need not)
-    import linecache  # noqa: F401
-    import resource  # noqa: F401
-    import traceback  # noqa: F401
-
     rfd = os.dup(0)
     wfd = os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
