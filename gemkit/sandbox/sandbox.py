@@ -243,14 +243,16 @@ class _Worker:
         loop.add_reader(rfd, read)  # first: a loop without pipe support refuses before a byte goes
         self.calls += 1
         write()
-        if pending:
+        watching_write = bool(pending)
+        if watching_write:  # a request larger than the pipe holds
             loop.add_writer(wfd, write)
         timer = loop.call_later(timeout, fail, "timed out")
         try:
             return _parse_reply(await done)
         finally:
             timer.cancel()
-            loop.remove_writer(wfd)
+            if watching_write:
+                loop.remove_writer(wfd)
             loop.remove_reader(rfd)
 
     def kill(self) -> None:

@@ -466,30 +466,34 @@ def _reap() -> list[tuple[int, int]]:
         done.append((pid, status))
 
 
+def _force_remove(func, p, _exc):  # noqa: ANN001, ANN202
+    """`shutil.rmtree`'s error hook: make the parent and the entry writable, then retry."""
+    # the code may have made a directory unwritable; never chmod through a symlink
+    try:
+        for q in (os.path.dirname(p), p):
+            if not os.path.islink(q):
+                os.chmod(q, 0o700)
+        func(p)
+    except OSError:
+        pass
+
+
 def _wipe(path: str) -> bool:
     """Empty a directory the user could write to; False if something could not be removed."""
-    import shutil
-
-    def force(func, p, _exc):  # noqa: ANN001
-        # the code may have made a directory unwritable; never chmod through a symlink
-        try:
-            for q in (os.path.dirname(p), p):
-                if not os.path.islink(q):
-                    os.chmod(q, 0o700)
-            func(p)
-        except OSError:
-            pass
-
-    ok = True
     try:
         entries = os.listdir(path)
     except OSError:
         return False
+    ok = True
     for name in entries:
         p = os.path.join(path, name)
         try:
             if os.path.isdir(p) and not os.path.islink(p):
-                shutil.rmtree(p, onerror=force)
+                # imported only when needed: shutil loads zlib, bz2 and lzma, whose pages every
+                # later fork would copy
+                import shutil
+
+                shutil.rmtree(p, onerror=_force_remove)
             else:
                 os.unlink(p)
         except OSError:
