@@ -109,6 +109,26 @@ def test_stateless_calls_do_not_share_variables_files_or_modules(sb):
     assert r.stdout == "False False [1]\n"
 
 
+def test_folders_a_call_leaves_are_removed_even_when_made_unwritable():
+    code = (
+        "import os\n"
+        "for top in ('.', '/tmp'):\n"
+        "    os.makedirs(f'{top}/deep/er', exist_ok=True)\n"
+        "    open(f'{top}/deep/er/f.txt', 'w').write('x')\n"
+        "    os.chmod(f'{top}/deep/er', 0o500)\n"
+        "    os.chmod(f'{top}/deep', 0o500)\n"
+        "print(sorted(os.listdir('.')), 'deep' in os.listdir('/tmp'))"
+    )
+    with Sandbox(timeout=5, workers=1) as one:
+        first = one.run_sync(code)
+        # a worker that could not wipe its folders reports itself unclean and is replaced
+        assert len(one._idle) == 1, "the worker was replaced: its folders were not wiped"
+        worker = one._idle[0]
+        second = one.run_sync(code)
+        assert one._idle == [worker], "the worker was replaced: its folders were not wiped"
+    assert first.stdout == second.stdout == "['deep'] True\n", (first, second)
+
+
 def test_output_beyond_the_limit_is_cut_with_a_marker(sb):
     r = sb.run_sync("print('a' * 5000)")
     assert r.stdout == "a" * 1000 + truncation_marker(5001, 1000)
@@ -235,9 +255,10 @@ def test_a_shared_path_the_sandbox_would_hide_is_refused_with_the_reason():
 @pytest.mark.parametrize("backend", ["bwrap", "unshare"])
 def test_a_folder_under_tmp_is_shared_read_only_and_the_rest_of_tmp_stays_private(backend):
     # a CI checkout under /tmp puts the virtualenv there: it must stay usable in the sandbox
-    with tempfile.TemporaryDirectory(dir="/tmp") as shared, tempfile.NamedTemporaryFile(
-        dir="/tmp", suffix=".secret"
-    ) as secret:
+    with (
+        tempfile.TemporaryDirectory(dir="/tmp") as shared,
+        tempfile.NamedTemporaryFile(dir="/tmp", suffix=".secret") as secret,
+    ):
         Path(shared).chmod(0o755)  # readable by the sandbox's unprivileged uid, like a venv
         Path(shared, "data.txt").write_text("shared text")
         with Sandbox(backend=backend, timeout=5, workers=1, ro_paths=(shared,)) as sandbox:
