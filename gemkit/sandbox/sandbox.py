@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections import deque
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -326,6 +327,8 @@ class Sandbox:
             backends.shared_paths(self.python, self.ro_paths)  # refuses paths it would hide
         self.max_workers = int(workers)
         self._idle: list[_Worker] = []
+        # async callers waiting for a busy pool, first come first served: (their loop, future)
+        self._waiters: deque[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = deque()
         self._count = 0
         self._cond = threading.Condition()
         self._closed = False
@@ -427,12 +430,65 @@ class Sandbox:
     def _release(self, worker: _Worker, healthy: bool) -> None:
         with self._cond:
             if healthy and not self._closed and worker.calls < RECYCLE_AFTER:
-                self._idle.append(worker)
-                self._cond.notify()
+                if not self._hand_over(worker):
+                    self._idle.append(worker)
+                    self._cond.notify()
                 return
             self._count -= 1
             self._cond.notify()
+            self._hand_over(None)  # the pool may grow again: a waiter can start a worker
         worker.kill()
+
+    def _hand_over(self, worker: _Worker | None) -> bool:
+        """Give `worker` (None: room to start one) to the first async waiter; False if none.
+
+        Called with the lock held, from any thread: the waiter's own loop delivers it.
+        """
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        while self._waiters:
+            loop, future = self._waiters.popleft()
+            if future.done():
+                continue
+            try:
+                if loop is running:  # no need to wake the loop through its self-pipe
+                    loop.call_soon(self._deliver, future, worker)
+                else:
+                    loop.call_soon_threadsafe(self._deliver, future, worker)
+            except RuntimeError:  # that loop is closed
+                continue
+            return True
+        return False
+
+    def _deliver(self, future: asyncio.Future, worker: _Worker | None) -> None:
+        if not future.done():
+            future.set_result(worker)
+        elif worker is not None:  # the waiter was cancelled meanwhile: the next one gets it
+            self._release(worker, True)
+        else:
+            with self._cond:
+                self._hand_over(None)
+
+    async def _await_worker(self) -> _Worker | None:
+        """An idle worker, waiting on the event loop while the pool is full and busy.
+
+        None when the pool may start another worker (the caller then starts one in a thread).
+        """
+        loop = asyncio.get_running_loop()
+        while True:
+            with self._cond:
+                if self._closed:
+                    raise SandboxError("this sandbox is closed; create a new Sandbox")
+                worker = self._take_idle()
+                if worker is not None or self._count < self.max_workers:
+                    return worker
+                future: asyncio.Future[_Worker | None] = loop.create_future()
+                self._waiters.append((loop, future))
+            worker = await future
+            if worker is not None:
+                return worker
 
     def warm(self, n: int | None = None) -> None:
         """Start `n` workers now (default: the pool size) so the first calls skip startup."""
@@ -606,13 +662,13 @@ class Sandbox:
     ) -> ExecResult:
         """Run code in a fresh namespace on a pooled worker; `stdin` feeds its standard input.
 
-        With an idle worker at hand the event loop itself talks to it (no thread); otherwise a
-        thread waits for one, or starts one.
+        The event loop itself talks to an idle worker (no thread); while the pool is full and
+        busy it waits for the next one freed, and a thread starts a worker while it may grow.
         """
         loop = asyncio.get_running_loop()
         req = self._request(code, stdin=stdin, timeout=timeout, files=files, stateful=False)
-        worker = self._acquire(wait=False)
-        if worker is None:
+        worker = await self._await_worker()
+        if worker is None:  # the pool may grow (or was closed): a thread starts a worker
             return await loop.run_in_executor(self._executor, self._run_request, req)
         healthy = False
         try:
@@ -643,6 +699,8 @@ class Sandbox:
             idle, self._idle = self._idle, []
             self._count -= len(idle)
             self._cond.notify_all()
+            while self._hand_over(None):  # waiters wake up to the closed sandbox
+                pass
         for w in idle:
             w.kill()
         self._executor.shutdown(wait=False)

@@ -169,6 +169,52 @@ async def test_async_calls_overlap_time_out_and_survive_cancellation():
         sandbox.close()
 
 
+async def test_more_async_calls_than_workers_wait_on_the_loop_for_the_next_free_one(monkeypatch):
+    sandbox = Sandbox(timeout=5, workers=2)
+    try:
+        sandbox.warm(2)
+
+        def no_thread(req):  # the thread path: a full pool must not need it
+            raise AssertionError("a call waited for a worker in a thread")
+
+        monkeypatch.setattr(sandbox, "_run_request", no_thread)
+        code = "import time\nt = time.time()\ntime.sleep(0.2)\nprint(t)"
+        results = await asyncio.gather(*(sandbox.run(code) for _ in range(6)))
+        starts = sorted(float(r.stdout) for r in results)
+        # two at a time: the third starts only once one of the first two is done
+        assert starts[2] - starts[0] >= 0.15, starts
+        assert len(sandbox._idle) == 2 and not sandbox._waiters
+    finally:
+        sandbox.close()
+
+
+async def test_a_waiting_call_that_is_cancelled_passes_the_worker_on_and_close_wakes_waiters():
+    sandbox = Sandbox(timeout=5, workers=1)
+    try:
+        sandbox.warm(1)
+        busy = asyncio.create_task(sandbox.run("import time\ntime.sleep(0.4)\nprint('busy')"))
+        await asyncio.sleep(0.05)
+        cancelled = asyncio.create_task(sandbox.run("print('never')"))
+        after = asyncio.create_task(sandbox.run("print('after')"))
+        await asyncio.sleep(0.05)
+        cancelled.cancel()
+        assert (await busy).stdout == "busy\n"
+        assert (await after).stdout == "after\n"  # got the worker the cancelled call gave up
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert len(sandbox._idle) == 1 and sandbox._count == 1
+        busy = asyncio.create_task(sandbox.run("import time\ntime.sleep(0.4)"))
+        await asyncio.sleep(0.05)
+        waiting = asyncio.create_task(sandbox.run("print('never')"))
+        await asyncio.sleep(0.05)
+        sandbox.close()
+        with pytest.raises(SandboxError, match="closed"):
+            await waiting
+        await asyncio.gather(busy, return_exceptions=True)
+    finally:
+        sandbox.close()
+
+
 def test_a_session_keeps_variables_until_reset(sb):
     session = sb.session()
     try:
