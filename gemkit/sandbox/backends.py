@@ -144,6 +144,42 @@ def _bootstrap() -> str:
 
 
 @functools.cache
+def site_setup(python: str) -> dict | None:
+    """What `site` sets up in `python` at start-up: sys.path and the prefixes (None if unknown).
+
+    Read once per interpreter. The supervisor starts without `site` (`-S`) and takes these
+    as they are: the modules that .pth files import (an editable install's finder pulls in
+    pathlib, re, urllib...) would otherwise sit in its heap, and every page of that heap costs
+    on each call. The .pth files' import lines still run, in a call whose import finds nothing
+    without them (see `worker._SiteOnMiss`).
+    """
+    code = (
+        "import sys,json;print(json.dumps({'path':sys.path,'prefix':sys.prefix,"
+        "'exec_prefix':sys.exec_prefix}))"
+    )
+    try:
+        out = subprocess.run(
+            [python, "-I", "-c", code], capture_output=True, text=True, timeout=60, env={}
+        )
+        info = json.loads(out.stdout)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    if out.returncode != 0 or not isinstance(info, dict) or not isinstance(info.get("path"), list):
+        return None
+    return info
+
+
+def _python_argv(python: str, config: dict) -> list[str]:
+    """The interpreter's command line that starts the supervisor with `config`."""
+    site = site_setup(python)
+    flags = ["-I"]
+    if site is not None:
+        config["site"] = site
+        flags.append("-S")
+    return [python, *flags, "-c", _bootstrap(), _worker_source(), json.dumps(config)]
+
+
+@functools.cache
 def _bwrap_features() -> frozenset[str]:
     exe = shutil.which("bwrap")
     if exe is None:
@@ -248,7 +284,7 @@ def bwrap_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[str
     for key, value in {**ENV, **SUPERVISOR_ENV}.items():
         argv += ["--setenv", key, value]
     config.update(workdir=WORKDIR, scratch=["/tmp"], pidns=True)
-    argv += [python, "-I", "-c", _bootstrap(), _worker_source(), json.dumps(config)]
+    argv += _python_argv(python, config)
     return LaunchSpec(argv=argv, config=config)
 
 
@@ -285,7 +321,7 @@ def unshare_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[s
             "pivot_root": PIVOT_ROOT_SYSCALL.get(platform.machine()),
         },
     )
-    argv += [python, "-I", "-c", _bootstrap(), _worker_source(), json.dumps(config)]
+    argv += _python_argv(python, config)
     return LaunchSpec(argv=argv, config=config, env={**ENV, **SUPERVISOR_ENV})
 
 
@@ -293,7 +329,7 @@ def unsafe_local_command(python: str, config: dict, *, workdir: str) -> LaunchSp
     """No isolation but resource limits: the code runs as this user in a temp directory."""
     config.update(workdir=workdir, scratch=[], pidns=False)
     env = {**ENV, "HOME": workdir, "TMPDIR": workdir, **SUPERVISOR_ENV}
-    argv = [python, "-I", "-c", _bootstrap(), _worker_source(), json.dumps(config)]
+    argv = _python_argv(python, config)
     return LaunchSpec(argv=argv, config=config, cwd=workdir, env=env, cleanup=[workdir])
 
 

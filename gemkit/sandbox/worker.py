@@ -974,6 +974,41 @@ def _parse_result(raw: bytes | None) -> dict:
     return out
 
 
+class _SiteOnMiss:
+    """The last import finder: the first import nothing else finds runs `site.main()` first.
+
+    The supervisor starts without `site` (`-S`) and takes the sys.path it would have built;
+    this runs what it skipped (the .pth files' import lines, which may install finders, e.g. an
+    editable install's, and sitecustomize), once per process, then looks again.
+    """
+
+    done = False
+
+    @classmethod
+    def find_spec(cls, name: str, path: object = None, target: object = None) -> object:
+        """Run `site.main()` once, then search sys.path again; None: not found."""
+        if cls.done:
+            return None
+        cls.done = True
+        import site
+        from importlib.machinery import PathFinder
+
+        site.main()
+        return PathFinder.find_spec(name, path)  # type: ignore[arg-type]
+
+
+def _adopt_site(info: dict) -> None:
+    """Take the sys.path and prefixes `site` would have set, and the builtins it adds."""
+    import site
+
+    sys.path[:] = info["path"]
+    sys.prefix, sys.exec_prefix = info["prefix"], info["exec_prefix"]
+    site.setquit()  # exit() and quit()
+    site.setcopyright()
+    site.sethelper()
+    sys.meta_path.append(_SiteOnMiss)
+
+
 def _no_dump() -> None:
     """Keep same-uid code from opening this process's pipes through /proc or ptrace."""
     try:
@@ -1004,6 +1039,8 @@ def main(argv: list[str]) -> None:
     config = json.loads(argv[-1])
     # set for this process alone (see backends.SUPERVISOR_ENV); the code's own programs never see it
     os.environ.pop("LD_BIND_NOW", None)
+    if config.get("site"):
+        _adopt_site(config["site"])
     # move the protocol pipes off 0/1 so nothing the code prints can reach the host
     rfd = os.dup(0)
     wfd = os.dup(1)

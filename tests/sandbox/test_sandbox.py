@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import site
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -17,6 +21,7 @@ from gemkit.sandbox import (
     SandboxUnavailableError,
     backends,
     truncation_marker,
+    worker,
 )
 
 
@@ -372,3 +377,38 @@ def test_os_exit_in_a_session_is_reported_and_the_session_restarts(sb):
         assert session.run_sync("print('again')").stdout == "again\n"
     finally:
         session.close()
+
+
+def test_the_code_sees_the_path_prefix_and_builtins_a_normal_start_gives(sb):
+    # the supervisor starts without site (-S) and adopts what site would have set up
+    code = "import sys,json;print(json.dumps({'path':sys.path,'prefix':sys.prefix}))"
+    normal = json.loads(
+        subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True).stdout
+    )
+    r = sb.run_sync(code + "\nprint(callable(help), type(quit).__name__)\nexit(3)")
+    seen, builtins = r.stdout.splitlines()
+    assert json.loads(seen) == normal
+    assert builtins == "True Quitter" and r.exit_code == 3
+
+
+def test_the_first_import_nothing_finds_runs_what_site_skipped_once(monkeypatch, tmp_path):
+    (tmp_path / "gemkit_site_probe.py").write_text("X = 7\n")
+    calls: list[int] = []
+
+    def main() -> None:  # what a .pth line might do: make a module importable
+        calls.append(1)
+        sys.path.append(str(tmp_path))
+
+    finder = type("Finder", (worker._SiteOnMiss,), {"done": False})  # a fresh one
+    monkeypatch.setattr(site, "main", main)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "meta_path", [*sys.meta_path, finder])
+    try:
+        import gemkit_site_probe  # type: ignore[import-not-found]
+
+        assert gemkit_site_probe.X == 7 and calls == [1]
+        with pytest.raises(ModuleNotFoundError):
+            import gemkit_site_probe_missing  # type: ignore[import-not-found]  # noqa: F401
+        assert calls == [1]  # once per process
+    finally:
+        sys.modules.pop("gemkit_site_probe", None)
