@@ -220,7 +220,8 @@ def _execute(code: str, namespace: dict) -> dict:
     # lets tracebacks quote the user's lines
     linecache.cache["<code>"] = (len(code), None, code.splitlines(True), "<code>")
     try:
-        compiled = compile(code, "<code>", "exec")
+        # dont_inherit: the code gets no __future__ flags from this file (its annotations stay live)
+        compiled = compile(code, "<code>", "exec", dont_inherit=True)
         exec(compiled, namespace)
         result["finished"] = True
     except SystemExit as e:

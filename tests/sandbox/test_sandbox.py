@@ -412,3 +412,14 @@ def test_the_first_import_nothing_finds_runs_what_site_skipped_once(monkeypatch,
         assert calls == [1]  # once per process
     finally:
         sys.modules.pop("gemkit_site_probe", None)
+
+
+def test_the_code_inherits_no_future_flags_from_the_supervisor(sb):
+    # worker.py uses `from __future__ import annotations`; the user's code must not
+    code = "def f(x: int) -> None: pass\nprint(f.__annotations__['x'] is int)"
+    assert sb.run_sync(code).stdout == "True\n"
+    session = sb.session()
+    try:
+        assert session.run_sync(code).stdout == "True\n"
+    finally:
+        session.close()
