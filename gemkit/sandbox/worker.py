@@ -2,7 +2,7 @@
 
 This file is passed to the sandboxed interpreter as source (`python -I -c <source> <config>`),
 so it must stay standard-library only and import nothing from gemkit. The host imports it only
-for the framing helpers (`encode_frame`, `HEADER`).
+for the framing helpers (`encode_frame`, `encode_request`, `HEADER`).
 
 Protocol: each message is a 4-byte big-endian length followed by that many bytes. The host's
 requests are `marshal` data (the host is trusted; marshal is the cheapest to read here):
@@ -338,7 +338,6 @@ def _stateless_stdio() -> tuple:
     pipe gives them (not seekable). The supervisor never uses them; a forked child only
     installs them, which costs far less than building three text wrappers per call.
     """
-
     saved = [os.dup(fd) for fd in (0, 1, 2)]
     pipes = [os.pipe() for _ in range(3)]
     try:
