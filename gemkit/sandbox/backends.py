@@ -283,7 +283,8 @@ def bwrap_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[str
     argv += ["--chdir", WORKDIR, "--clearenv"]
     for key, value in {**ENV, **SUPERVISOR_ENV}.items():
         argv += ["--setenv", key, value]
-    config.update(workdir=WORKDIR, scratch=["/tmp"], pidns=True)
+    # the wipe after each call empties /tmp but keeps these binds and the folders leading to them
+    config.update(workdir=WORKDIR, scratch=["/tmp"], keep=in_tmp, pidns=True)
     argv += _python_argv(python, config)
     return LaunchSpec(argv=argv, config=config)
 
@@ -314,6 +315,7 @@ def unshare_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[s
     config.update(
         workdir=WORKDIR,
         scratch=["/tmp"],
+        keep=[p for p in ro if p.startswith("/tmp/")],
         pidns=True,
         setup={
             "ro_paths": ro,

@@ -478,8 +478,12 @@ def _force_remove(func, p, _exc):  # noqa: ANN001, ANN202
         pass
 
 
-def _wipe(path: str) -> bool:
-    """Empty a directory the user could write to; False if something could not be removed."""
+def _wipe(path: str, keep: tuple[str, ...] = ()) -> bool:
+    """Empty a directory the user could write to; False if something could not be removed.
+
+    Paths in `keep` stay, and the folders that lead to them are emptied around them: they are
+    read-only binds from the host (a virtualenv under /tmp), which no wipe can remove.
+    """
     try:
         entries = os.listdir(path)
     except OSError:
@@ -487,6 +491,11 @@ def _wipe(path: str) -> bool:
     ok = True
     for name in entries:
         p = os.path.join(path, name)
+        if p in keep:
+            continue
+        if any(k.startswith(p + "/") for k in keep) and os.path.isdir(p) and not os.path.islink(p):
+            ok = _wipe(p, keep) and ok
+            continue
         try:
             if os.path.isdir(p) and not os.path.islink(p):
                 # imported only when needed: shutil loads zlib, bz2 and lzma, whose pages every
@@ -741,7 +750,8 @@ class Supervisor:
         return {"error": f"unknown op {op!r}"}
 
     def _wipe_tmp(self) -> bool:
-        return all(_wipe(p) for p in self.config.get("scratch", ()) if os.path.isdir(p))
+        keep = tuple(self.config.get("keep", ()))
+        return all(_wipe(p, keep) for p in self.config.get("scratch", ()) if os.path.isdir(p))
 
     def prefork(self) -> None:
         """Fork the next stateless child now, so a request finds it set up and waiting."""

@@ -305,21 +305,38 @@ def test_a_shared_path_the_sandbox_would_hide_is_refused_with_the_reason():
 
 @pytest.mark.parametrize("backend", ["bwrap", "unshare"])
 def test_a_folder_under_tmp_is_shared_read_only_and_the_rest_of_tmp_stays_private(backend):
-    # a CI checkout under /tmp puts the virtualenv there: it must stay usable in the sandbox
+    # a CI checkout under /tmp puts the virtualenv there (/tmp/checkout/.venv): it must stay
+    # usable in the sandbox, and the wipe after each call must empty /tmp around it
     with (
-        tempfile.TemporaryDirectory(dir="/tmp") as shared,
+        tempfile.TemporaryDirectory(dir="/tmp") as top,
         tempfile.NamedTemporaryFile(dir="/tmp", suffix=".secret") as secret,
     ):
-        Path(shared).chmod(0o755)  # readable by the sandbox's unprivileged uid, like a venv
+        shared = os.path.join(top, "venv")
+        os.mkdir(shared)
+        for folder in (top, shared):
+            Path(folder).chmod(0o755)  # readable by the sandbox's unprivileged uid, like a venv
         Path(shared, "data.txt").write_text("shared text")
         with Sandbox(backend=backend, timeout=5, workers=1, ro_paths=(shared,)) as sandbox:
             r = sandbox.run_sync(f"print(open({shared + '/data.txt'!r}).read())")
             assert r.stdout == "shared text\n", r
+            worker = sandbox._idle[0]
             r = sandbox.run_sync(f"open({shared + '/data.txt'!r}, 'w').write('x')")
             assert r.exception and ("Read-only" in r.exception or "Permission" in r.exception)
             r = sandbox.run_sync(f"import os; print(os.path.exists({secret.name!r}))")
             assert r.stdout == "False\n"
+            planted = os.path.join(top, "planted.txt")
+            sandbox.run_sync(
+                "open('/tmp/scratch.txt', 'w').write('x')\n"
+                f"try:\n    open({planted!r}, 'w').write('x')\nexcept OSError:\n    pass"
+            )
+            r = sandbox.run_sync(
+                f"import os; print(os.path.exists('/tmp/scratch.txt'), os.path.exists({planted!r}))"
+            )
+            assert r.stdout == "False False\n", r
+            # every call left the worker clean: the shared folder is no reason to replace it
+            assert sandbox._idle == [worker]
         assert Path(shared, "data.txt").read_text() == "shared text"
+        assert not Path(planted).exists()
 
 
 def test_a_sandbox_that_dies_while_idle_is_replaced_before_the_next_call():
