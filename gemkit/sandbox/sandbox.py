@@ -375,25 +375,21 @@ class Sandbox:
             threading.Thread(target=worker.kill, daemon=True).start()
         return None
 
-    def _acquire(self, *, wait: bool = True) -> _Worker | None:
+    def _acquire(self) -> _Worker:
         """A live worker: an idle one, else a new one while the pool may grow, else the next
-        one released. With `wait=False`, an idle one or None at once (never starts one)."""
+        one released (waiting in this thread)."""
         with self._cond:
             while True:
-                if self._closed:
-                    raise SandboxError("this sandbox is closed; create a new Sandbox")
+                self._check_open()
                 worker = self._take_idle()
                 if worker is not None:
                     break
-                if not wait:
-                    return None
                 if self._count < self.max_workers:
                     self._count += 1
                     break
                 self._cond.wait()
             spare = self._reserve_spare()
-        if spare:
-            threading.Thread(target=self._start_spare, daemon=True).start()
+        self._start_spare_if(spare)
         if worker is not None:
             return worker
         try:
@@ -412,6 +408,14 @@ class Sandbox:
         self._count += 1
         self._starting = True
         return True
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxError("this sandbox is closed; create a new Sandbox")
+
+    def _start_spare_if(self, reserved: bool) -> None:
+        if reserved:
+            threading.Thread(target=self._start_spare, daemon=True).start()
 
     def _start_spare(self) -> None:
         try:
@@ -479,24 +483,26 @@ class Sandbox:
         loop = asyncio.get_running_loop()
         while True:
             with self._cond:
-                if self._closed:
-                    raise SandboxError("this sandbox is closed; create a new Sandbox")
+                self._check_open()
                 worker = self._take_idle()
                 if worker is not None or self._count < self.max_workers:
-                    return worker
+                    # as `_acquire` does: taking the last idle one starts a spare
+                    spare = worker is not None and self._reserve_spare()
+                    break
                 future: asyncio.Future[_Worker | None] = loop.create_future()
                 self._waiters.append((loop, future))
             worker = await future
             if worker is not None:
                 return worker
+        self._start_spare_if(spare)
+        return worker
 
     def warm(self, n: int | None = None) -> None:
         """Start `n` workers now (default: the pool size) so the first calls skip startup."""
         n = self.max_workers if n is None else min(n, self.max_workers)
         started = [self._acquire() for _ in range(n)]
         for w in started:
-            if w is not None:  # a waiting acquire always returns one
-                self._release(w, True)
+            self._release(w, True)
 
     # -- running code --------------------------------------------------------------------------
 
@@ -644,7 +650,6 @@ class Sandbox:
 
     def _run_request(self, req: dict[str, Any]) -> ExecResult:
         worker = self._acquire()
-        assert worker is not None  # a waiting acquire always returns one
         healthy = False
         try:
             result, healthy = self._exec_on(worker, req)

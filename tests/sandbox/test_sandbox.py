@@ -193,6 +193,29 @@ async def test_more_async_calls_than_workers_wait_on_the_loop_for_the_next_free_
         sandbox.close()
 
 
+async def test_an_async_call_that_takes_the_last_idle_worker_starts_a_spare(monkeypatch):
+    async def until(condition, what):
+        deadline = time.monotonic() + 60
+        while not condition():
+            assert time.monotonic() < deadline, what
+            await asyncio.sleep(0.05)
+
+    sandbox = Sandbox(timeout=5, workers=3)
+    try:
+        sandbox.run_sync("pass")  # a first worker, and a spare started beside it
+        await until(lambda: len(sandbox._idle) == 2, "the first spare never came")
+
+        def no_thread(req):  # both idle workers are taken on the loop
+            raise AssertionError("a call went through a thread")
+
+        monkeypatch.setattr(sandbox, "_run_request", no_thread)
+        results = await asyncio.gather(*(sandbox.run("print(1)") for _ in range(2)))
+        assert [r.stdout for r in results] == ["1\n", "1\n"]
+        await until(lambda: len(sandbox._idle) == 3, "taking the last idle one started no spare")
+    finally:
+        sandbox.close()
+
+
 async def test_a_waiting_call_that_is_cancelled_passes_the_worker_on_and_close_wakes_waiters():
     sandbox = Sandbox(timeout=5, workers=1)
     try:
