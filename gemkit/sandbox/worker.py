@@ -106,10 +106,15 @@ _REPORT = struct.Struct(">qB")  # exit code, flags (1: ran to its end, 2: raised
 _LIMIT_KEYS = ("memory_bytes", "file_bytes", "nofile", "nproc")
 
 
+def _limit_values(limits: dict) -> list[int]:
+    """Memory, file size, open files and processes from a limits dict, None as -1 (`_limit`)."""
+    return [-1 if limits.get(k) is None else int(limits[k]) for k in _LIMIT_KEYS]
+
+
 def encode_request(code: str, timeout: float, limits: dict) -> bytes:
     """The frame that hands a stateless child its code and limits (None packs as -1)."""
-    values = [-1 if limits.get(k) is None else int(limits[k]) for k in _LIMIT_KEYS]
-    body = _REQUEST.pack(float(timeout), *values) + code.encode("utf-8", "surrogatepass")
+    body = _REQUEST.pack(float(timeout), *_limit_values(limits))
+    body += code.encode("utf-8", "surrogatepass")
     return HEADER.pack(len(body)) + body
 
 
@@ -158,29 +163,21 @@ def _cap(which: int, value: int) -> None:
             resource.setrlimit(which, (min(value, hard), hard))
 
 
-def _set_limits(limits: dict, cpu_seconds: float | None, session: bool = False) -> None:
-    if cpu_seconds is not None:
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        soft = int(used.ru_utime + used.ru_stime + cpu_seconds) + 1
-        if session:
-            # a session sets a new soft limit each call and can never raise a hard one, so the
-            # hard limit stays where it is (the wall clock is the limit that always holds)
-            _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-            if hard != resource.RLIM_INFINITY:
-                soft = min(soft, hard)
-            resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
-        else:
-            resource.setrlimit(resource.RLIMIT_CPU, (soft, soft + 1))
-    _limit(
-        limits.get("memory_bytes") or -1,
-        -1 if limits.get("file_bytes") is None else limits["file_bytes"],
-        limits.get("nofile") or -1,
-        limits.get("nproc") or -1,
-    )
+def _session_cpu_limit(seconds: float) -> None:
+    """Let a session's next call use `seconds` more CPU time (a soft limit)."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(used.ru_utime + used.ru_stime + seconds) + 1
+    # a session sets a new soft limit each call and can never raise a hard one, so the hard
+    # limit stays where it is (the wall clock is the limit that always holds)
+    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
 def _limit(memory: int, file_size: int, nofile: int, nproc: int) -> None:
-    """Cap memory, file size, open files and processes (-1: leave as is); no core dumps."""
+    """Cap memory, file size, open files and processes (-1, or 0 but for file size: leave as
+    is); no core dumps."""
     if memory > 0:
         _cap(resource.RLIMIT_AS, int(memory))
     if file_size >= 0:
@@ -192,14 +189,13 @@ def _limit(memory: int, file_size: int, nofile: int, nproc: int) -> None:
     _cap(resource.RLIMIT_CORE, 0)
 
 
-def _drop_privileges(config: dict) -> None:
+def _privilege_calls(config: dict) -> list[tuple]:
+    """The calls that drop to the code's own uid and gid (none without one), as (function, args)."""
     uid = config.get("uid")
     if uid is None:
-        return
+        return []
     gid = config.get("gid", uid)
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
+    return [(os.setgroups, ([],)), (os.setresgid, (gid,) * 3), (os.setresuid, (uid,) * 3)]
 
 
 def _describe_exception(exc: BaseException) -> dict:
@@ -296,10 +292,7 @@ def _child_plan(config: dict, fds: dict) -> list[tuple]:
             plan.append((os.closerange, (low, fd)))
         low = fd + 1
     plan.append((os.closerange, (low, 65536)))
-    uid = config.get("uid")
-    if uid is not None:
-        gid = config.get("gid", uid)
-        plan += [(os.setgroups, ([],)), (os.setresgid, (gid,) * 3), (os.setresuid, (uid,) * 3)]
+    plan += _privilege_calls(config)
     plan.append((os.chdir, (config["workdir"],)))
     return plan
 
@@ -393,13 +386,13 @@ def _run_stateless_child(plan: list[tuple], fds: dict, stdio: tuple) -> None:
 def _run_session_child(plan: list[tuple], limits: dict, fds: dict) -> None:
     try:
         _child_enter(plan)
-        _set_limits(limits, None)
+        _limit(*_limit_values(limits))
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
         while True:
             req = _read_frame(fds["request"])
             if req is None:
                 os._exit(0)
-            _set_limits({}, req["timeout"], session=True)
+            _session_cpu_limit(req["timeout"])
             _fresh_stdio(req.get("stdin"))
             result = _execute(req["code"], namespace)
             _write_all(fds["result"], encode_report(result))
@@ -524,7 +517,7 @@ def _write_files(config: dict, files: dict) -> None:
     if pid == 0:
         status = 1
         try:
-            _drop_privileges(config)
+            _child_enter(_privilege_calls(config))
             workdir = config["workdir"]
             for name, content in files.items():
                 path = os.path.join(workdir, name)
@@ -673,7 +666,6 @@ class Supervisor:
         self.session: dict | None = None
         self.pidns = bool(config.get("pidns"))
         self.next: dict | None = None  # the pre-forked stateless child
-        self.next_plan: tuple = ()
         self.pending: list[int] = []
         self.stateless_used = False
         self.stdio = _stateless_stdio()
@@ -772,10 +764,14 @@ class Supervisor:
             _run_stateless_child(plan, fds, self.stdio)
         for fd in (out_w, err_w, res_w, in_r, req_r):
             os.close(fd)
-        # the plan stays referenced until this child is gone: freeing it now would write to
-        # pages the child still shares, and each such write copies a page
-        self.next = {"pid": pid, "out": out_r, "err": err_r, "res": res_r, "in": in_w, "req": req_w}
-        self.next_plan = (plan, fds)
+        self.next = {
+            "pid": pid,
+            "out": out_r,
+            "err": err_r,
+            "res": res_r,
+            "in": in_w,
+            "req": req_w,
+        }
 
     def exec_stateless(self, req: dict) -> dict:
         _write_files(self.config, req.get("files") or {})
