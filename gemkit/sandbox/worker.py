@@ -764,14 +764,7 @@ class Supervisor:
             _run_stateless_child(plan, fds, self.stdio)
         for fd in (out_w, err_w, res_w, in_r, req_r):
             os.close(fd)
-        self.next = {
-            "pid": pid,
-            "out": out_r,
-            "err": err_r,
-            "res": res_r,
-            "in": in_w,
-            "req": req_w,
-        }
+        self.next = {"pid": pid, "out": out_r, "err": err_r, "res": res_r, "in": in_w, "req": req_w}
 
     def exec_stateless(self, req: dict) -> dict:
         _write_files(self.config, req.get("files") or {})
