@@ -2,12 +2,15 @@
 
 Each backend turns a supervisor config into a command line. The supervisor (`worker.py`) then
 runs every piece of user code in a forked child with resource limits and, where the backend
-allows it, under an unprivileged uid of its own.
+allows it, under an unprivileged uid of its own, under a system-call filter, and in the
+sandbox's memory cgroup. gemkit's own installed packages (with their task data, tests and
+reference solutions) and any path the host names as hidden are covered inside the sandbox.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import itertools
 import json
 import os
@@ -70,6 +73,8 @@ class LaunchSpec:
     cwd: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     cleanup: list[str] = field(default_factory=list)
+    #: descriptors the supervisor inherits (the memory cgroup's files)
+    pass_fds: tuple[int, ...] = ()
 
 
 def next_uid() -> int:
@@ -110,6 +115,44 @@ def shared_paths(python: str, ro_paths: list[str]) -> list[str]:
             "python= one that lives outside those folders"
         )
     return paths
+
+
+#: gemkit's packages, whose folders (data files included) the code must never see
+PACKAGES = ("gemkit", "gemkit.envs", "gemkit.synth")
+
+
+@functools.cache
+def package_dirs() -> tuple[str, ...]:
+    """The folders gemkit's packages are imported from on this host (found, not imported)."""
+    dirs: list[str] = []
+    for name in PACKAGES:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.submodule_search_locations:
+            dirs += [str(p) for p in spec.submodule_search_locations]
+    return tuple(dirs)
+
+
+def masked_paths(python: str, shared: list[str], hidden: tuple[str, ...]) -> list[str]:
+    """The paths to cover inside the sandbox: gemkit's package folders and `hidden`, each
+    where the sandbox would otherwise see it (inside a system or shared path)."""
+    visible = [*SYSTEM_PATHS, *shared, *ETC_PATHS]
+    out = []
+    for path in [*package_dirs(), *hidden]:
+        for p in {os.path.abspath(path), os.path.realpath(path)}:
+            if os.path.lexists(p) and not os.path.islink(p):
+                if any(p == v or p.startswith(v.rstrip("/") + "/") for v in visible):
+                    out.append(p)
+    out = _minimal_paths(out)
+    exe = os.path.realpath(python)
+    needed = [p for p in out if exe.startswith(p + "/") or p in python_paths(python)]
+    if needed:
+        raise SandboxUnavailableError(
+            f"{', '.join(needed)} cannot be hidden: the interpreter the sandbox runs lives there"
+        )
+    return out
 
 
 def _worker_source() -> str:
@@ -202,7 +245,14 @@ def _minimal_paths(paths: list[str]) -> list[str]:
     return sorted(out)
 
 
-def bwrap_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[str]) -> LaunchSpec:
+def bwrap_command(
+    python: str,
+    config: dict,
+    *,
+    disk_mb: int,
+    ro_paths: list[str],
+    hidden: tuple[str, ...] = (),
+) -> LaunchSpec:
     """The bubblewrap command line for one supervisor."""
     feats = _bwrap_features()
     exe = shutil.which("bwrap") or "bwrap"
@@ -238,6 +288,7 @@ def bwrap_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[str
         argv.append("--unshare-user")
         if "--disable-userns" in feats:
             argv.append("--disable-userns")
+        config["drop_caps"] = True
     made: set[str] = set()
 
     def parents(path: str) -> None:
@@ -280,16 +331,30 @@ def bwrap_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[str
     for path in in_tmp:
         parents(path)
         argv += ["--ro-bind", path, path]
+    for path in masked_paths(python, shared, hidden):
+        if os.path.isdir(path):
+            argv += ["--tmpfs", path, "--remount-ro", path]
+        else:
+            argv += ["--ro-bind", "/dev/null", path]
+    # nothing but /tmp and the working directory is writable: both are emptied after each call
+    argv += ["--remount-ro", "/"]
     argv += ["--chdir", WORKDIR, "--clearenv"]
     for key, value in {**ENV, **SUPERVISOR_ENV}.items():
         argv += ["--setenv", key, value]
     # the wipe after each call empties /tmp but keeps these binds and the folders leading to them
-    config.update(workdir=WORKDIR, scratch=["/tmp"], keep=in_tmp, pidns=True)
+    config.update(workdir=WORKDIR, scratch=["/tmp"], keep=in_tmp, pidns=True, seccomp=True)
     argv += _python_argv(python, config)
-    return LaunchSpec(argv=argv, config=config)
+    return LaunchSpec(argv=argv, config=config, pass_fds=_memcg_fds(config))
 
 
-def unshare_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[str]) -> LaunchSpec:
+def unshare_command(
+    python: str,
+    config: dict,
+    *,
+    disk_mb: int,
+    ro_paths: list[str],
+    hidden: tuple[str, ...] = (),
+) -> LaunchSpec:
     """The util-linux `unshare` command line; the supervisor builds its own root and pivots."""
     exe = shutil.which("unshare") or "unshare"
     root = os.geteuid() == 0
@@ -302,6 +367,7 @@ def unshare_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[s
         "--pid",
         "--ipc",
         "--uts",
+        "--cgroup",
         "--fork",
         "--kill-child",
         "--propagation",
@@ -309,22 +375,34 @@ def unshare_command(python: str, config: dict, *, disk_mb: int, ro_paths: list[s
     ]
     if root:
         config["uid"] = config["gid"] = next_uid()
+    else:
+        config["drop_caps"] = True
+    shared = shared_paths(python, ro_paths)
     ro = [p for p in SYSTEM_PATHS if os.path.exists(p)]
-    ro += shared_paths(python, ro_paths)
+    ro += shared
     ro += [p for p in ETC_PATHS if os.path.exists(p)]
     config.update(
         workdir=WORKDIR,
         scratch=["/tmp"],
         keep=[p for p in ro if p.startswith("/tmp/")],
         pidns=True,
+        seccomp=True,
         setup={
             "ro_paths": ro,
+            "hidden": masked_paths(python, shared, hidden),
             "disk_bytes": disk_mb * 1024 * 1024,
             "pivot_root": PIVOT_ROOT_SYSCALL.get(platform.machine()),
         },
     )
     argv += _python_argv(python, config)
-    return LaunchSpec(argv=argv, config=config, env={**ENV, **SUPERVISOR_ENV})
+    return LaunchSpec(
+        argv=argv, config=config, env={**ENV, **SUPERVISOR_ENV}, pass_fds=_memcg_fds(config)
+    )
+
+
+def _memcg_fds(config: dict) -> tuple[int, ...]:
+    memcg = config.get("memcg")
+    return (memcg["procs"], memcg["events"]) if memcg else ()
 
 
 def unsafe_local_command(python: str, config: dict, *, workdir: str) -> LaunchSpec:

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gemkit.errors import GemkitError
-from gemkit.sandbox import backends
-from gemkit.sandbox.worker import HEADER, encode_frame, encode_request
+from gemkit.sandbox import backends, memcg
+from gemkit.sandbox.worker import HEADER, decode_reply, encode_message, encode_request
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,15 @@ class ExecResult:
     `crashed` (the sandbox itself died), or None. `finished` is
     True only when the code ran to its last line: no exception, no `sys.exit`, no `os._exit`
     (checkers that run tests after the code need it: an early exit 0 skips the tests).
+
+    Who vouches for each field: the sandbox measures `timed_out`, `duration`, `session_lost`,
+    the byte counts, and `limit_hit` when it is `wall`, `cpu` (a signal), `killed`,
+    `crashed`, or `memory` from the memory cgroup. The code's own process reports
+    `exit_code`, `finished` and `exception` (and a `memory` or `file_size` limit read from an
+    exception) on a pipe it holds, so code that wants to can forge them: they describe the
+    code, they are never a verdict. A grader must decide from data it checks itself (say, the
+    output of tests it runs, parsed by exact type), never from `ok`, `finished` or
+    `exit_code` alone; `stdout` and `stderr` are the code's output, as hostile as the code.
     """
 
     stdout: str
@@ -93,35 +102,44 @@ class _WorkerDied(Exception):
 
 
 def _parse_reply(body: bytes) -> dict:
-    import json
-
     try:
-        reply = json.loads(body)
-    except ValueError as e:
+        return decode_reply(body)
+    except (ValueError, TypeError) as e:
         raise _WorkerDied(f"unreadable reply ({e})") from e
-    if not isinstance(reply, dict):
-        raise _WorkerDied("unreadable reply")
-    return reply
+
+
+def _encode(msg: dict) -> bytes:
+    """A request on the wire: its settings, then the call's bytes (`parts`) raw."""
+    return encode_message({k: v for k, v in msg.items() if k != "parts"}, msg.get("parts", []))
 
 
 class _Worker:
     """One sandboxed supervisor process and its protocol pipes (host side)."""
 
-    def __init__(self, spec: backends.LaunchSpec):
+    def __init__(self, spec: backends.LaunchSpec, group: memcg.MemoryGroup | None = None):
         self.spec = spec
         self.calls = 0
+        self.group = group
         self._err = tempfile.TemporaryFile()
         env = spec.env or {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-        self.proc = subprocess.Popen(
-            spec.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._err,
-            cwd=spec.cwd,
-            env=env,
-            start_new_session=True,
-            bufsize=0,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                spec.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._err,
+                cwd=spec.cwd,
+                env=env,
+                start_new_session=True,
+                bufsize=0,
+                pass_fds=spec.pass_fds,
+            )
+        except BaseException:
+            if group is not None:
+                group.remove(0)
+            raise
+        if group is not None:
+            group.close_fds()  # the supervisor holds its own copies
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self._wfd = self.proc.stdin.fileno()
         self._rfd = self.proc.stdout.fileno()
@@ -151,7 +169,7 @@ class _Worker:
     def request(self, msg: dict, timeout: float) -> dict:
         """Send one request and wait for its reply; raise `_WorkerDied` on any failure."""
         deadline = time.monotonic() + timeout
-        data = encode_frame(msg)
+        data = _encode(msg)
         view = memoryview(data)
         try:
             while view:
@@ -201,7 +219,7 @@ class _Worker:
         """`request` on the running event loop: no thread, the loop watches the pipes."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[bytes] = loop.create_future()
-        pending = memoryview(encode_frame(msg))
+        pending = memoryview(_encode(msg))
         reply = bytearray()
         wfd, rfd = self._wfd, self._rfd
 
@@ -278,6 +296,8 @@ class _Worker:
                 pass
         for path in self.spec.cleanup:
             shutil.rmtree(path, ignore_errors=True)
+        if self.group is not None:
+            self.group.remove()
 
 
 class Sandbox:
@@ -288,6 +308,13 @@ class Sandbox:
     `file_size_mb` per written file, `max_processes` processes, `max_open_files` descriptors,
     and `disk_mb` of scratch space. `backend` is `auto` (bubblewrap, else unshare),
     `bwrap`, `unshare`, or `unsafe-local` (no isolation: only for code you trust).
+
+    `memory_mb` counts everything a call holds, in all its processes (memfd and tmpfs files,
+    shared memory and pipes included) where each sandbox gets a memory cgroup (`memory_scope`
+    is then "call"); without one it caps each process's address space ("process", and the
+    reason is logged once). `hidden_paths` names host paths the code must not see even where
+    they lie inside a shared folder (datasets with expected answers); gemkit's own installed
+    packages are always hidden.
     """
 
     def __init__(
@@ -304,6 +331,7 @@ class Sandbox:
         workers: int = 8,
         python: str | None = None,
         ro_paths: tuple[str, ...] = (),
+        hidden_paths: tuple[str, ...] = (),
     ):
         if timeout <= 0 or memory_mb <= 0 or max_output < 0 or workers < 1:
             raise SandboxError(
@@ -323,8 +351,17 @@ class Sandbox:
         self.max_open_files = int(max_open_files)
         self.disk_mb = int(disk_mb)
         self.ro_paths = list(ro_paths)
+        relative = [p for p in hidden_paths if not os.path.isabs(p)]
+        if relative:
+            raise SandboxError(
+                f"hidden_paths must be absolute host paths, e.g. '/data/answers'; got {relative}"
+            )
+        self.hidden_paths = tuple(hidden_paths)
         if self.backend != "unsafe-local":
-            backends.shared_paths(self.python, self.ro_paths)  # refuses paths it would hide
+            shared = backends.shared_paths(self.python, self.ro_paths)  # refuses paths it hides
+            backends.masked_paths(self.python, shared, self.hidden_paths)
+        #: "call": memory_mb holds for all of a call's processes and files; "process": per process
+        self.memory_scope = "process" if self.backend == "unsafe-local" else _memory_scope()
         self.max_workers = int(workers)
         self._idle: list[_Worker] = []
         # async callers waiting for a busy pool, first come first served: (their loop, future)
@@ -347,18 +384,33 @@ class Sandbox:
 
     def _spawn_here(self) -> _Worker:
         config: dict[str, Any] = {}
-        if self.backend == "bwrap":
-            spec = backends.bwrap_command(
-                self.python, config, disk_mb=self.disk_mb, ro_paths=self.ro_paths
-            )
-        elif self.backend == "unshare":
-            spec = backends.unshare_command(
-                self.python, config, disk_mb=self.disk_mb, ro_paths=self.ro_paths
-            )
-        else:
+        if self.backend == "unsafe-local":
             workdir = tempfile.mkdtemp(prefix="gemkit-sandbox-")
             spec = backends.unsafe_local_command(self.python, config, workdir=workdir)
-        return _Worker(spec)
+            return _Worker(spec)
+        group = None
+        if self.memory_scope == "call":
+            try:
+                group = memcg.MemoryGroup.create(self.memory_mb * 1024 * 1024)
+            except OSError as e:
+                raise backends.SandboxUnavailableError(
+                    f"could not make the sandbox's memory cgroup: {e.strerror or e}"
+                ) from e
+            config["memcg"] = {"procs": group.procs_fd, "events": group.events_fd}
+        command = backends.bwrap_command if self.backend == "bwrap" else backends.unshare_command
+        try:
+            spec = command(
+                self.python,
+                config,
+                disk_mb=self.disk_mb,
+                ro_paths=self.ro_paths,
+                hidden=self.hidden_paths,
+            )
+        except BaseException:
+            if group is not None:
+                group.remove(0)
+            raise
+        return _Worker(spec, group)
 
     def _take_idle(self) -> _Worker | None:
         """A live idle worker, least recently used first, or None (with the lock held).
@@ -532,19 +584,15 @@ class Sandbox:
         if t <= 0:
             raise SandboxError(f"timeout must be > 0 seconds, got {timeout}")
         limits = self._limits()
-        req = {
-            "op": "exec",
-            "stdin": stdin,
-            "timeout": t,
-            "files": _encode_files(files),
-            "limits": limits,
-            "stateful": stateful,
-        }
+        encoded = _encode_files(files)
+        # the child's own request, made here: the supervisor passes it on unread, as the
+        # stdin of a stateless call (a session's comes inside its request)
         if stateful:
-            req["code"] = code
-        else:  # the child's own request, made here: the supervisor passes it on unread
-            req["child"] = encode_request(code, t, limits)
-        return req
+            parts = [encode_request(code, t, limits, encoded, stdin)]
+        else:
+            raw_stdin = b"" if stdin is None else stdin.encode("utf-8", "surrogatepass")
+            parts = [encode_request(code, t, limits, encoded), raw_stdin]
+        return {"op": "exec", "timeout": t, "limits": limits, "stateful": stateful, "parts": parts}
 
     def _exec_on(self, worker: _Worker, req: dict[str, Any]) -> tuple[ExecResult, bool]:
         """Run a request on a worker; return the result and whether the worker is reusable."""
@@ -846,6 +894,24 @@ def _fmt_s(seconds: float) -> str:
 
 
 _LIVE: weakref.WeakSet[Sandbox] = weakref.WeakSet()
+
+
+def _memory_scope() -> str:
+    """ "call" where sandboxes get a memory cgroup each, else "process" (said once, in the log)."""
+    reason = memcg.why_unavailable()
+    if reason is None:
+        return "call"
+    if not _SAID_SCOPE:
+        _SAID_SCOPE.append(True)
+        log.warning(
+            "sandbox memory_mb limits each process only (no memory cgroup: %s); a call's "
+            "processes, memfd and tmpfs files together can hold more",
+            reason,
+        )
+    return "process"
+
+
+_SAID_SCOPE: list[bool] = []
 
 
 @atexit.register

@@ -1,19 +1,26 @@
 """The supervisor that runs INSIDE a sandbox: executes code requests sent by the host.
 
 This file is passed to the sandboxed interpreter as source (`python -I -c <source> <config>`),
-so it must stay standard-library only and import nothing from gemkit. The host imports it only
-for the framing helpers (`encode_frame`, `encode_request`, `HEADER`).
+so it must stay standard-library only and import nothing from gemkit. The host imports it for
+the framing helpers (`encode_message`, `encode_request`, `decode_reply`, `HEADER`) and the
+pure functions that read a call's outcome (`exec_outcome`, `parse_report`, `seccomp_filter`).
 
-Protocol: each message is a 4-byte big-endian length followed by that many bytes. The host's
-requests are `marshal` data (the host is trusted; marshal is the cheapest to read here):
-`{"op": "exec" | "reset" | "ping", ...}`; the supervisor's replies are UTF-8 JSON, which the
-host can parse safely whatever this process sends. The supervisor never runs user code in its
-own process: each `exec` runs in a forked child (stateless mode: a fresh child per call;
-stateful mode: one long-lived session child), with resource limits, a dropped uid where
-possible, and no access to the protocol pipes. A stateless request carries its child's request
-ready-made (`encode_request`, packed with `struct` by the host), which the supervisor passes on
-unread; every child's report is packed with `struct` (`encode_report`); a session's requests
-are marshal frames.
+Protocol: each message is a 4-byte big-endian length followed by that many bytes. A host
+request is a `marshal` frame of settings (`{"op": "exec" | "reset" | "ping", ...}`: never call
+data) followed by the call's bytes raw (`payload` gives their lengths): the child's request,
+made by the host (`encode_request`: code, limits, files, a session's stdin, packed with
+`struct`), and a stateless call's stdin. A reply is a JSON header, which the host can parse
+safely whatever this process sends, followed raw by the call's kept stdout, stderr and the
+child's report (`tail` gives their lengths).
+
+The supervisor never runs user code in its own process: each `exec` runs in a forked child
+(stateless mode: a fresh child per call; stateful mode: one long-lived session child), in the
+sandbox's memory cgroup, with resource limits, a dropped uid (or, without root, no
+capabilities), and no access to the protocol pipes; every process of the sandbox runs under a
+seccomp filter (`seccomp_filter`). No byte of a call passes through a Python object here: the
+call's bytes move between pipes and memory regions that `fork` leaves out of every child
+(`_Region`), so no later call's code can find them in the memory it inherits. The child's
+report (`encode_report`) is its own word: the code can forge it (see `exec_outcome`).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import io
 import json
 import linecache
 import marshal
+import mmap
 import os
 import resource
 import select
@@ -39,13 +47,23 @@ _STDIO_NAMES = ("stdin", "stdout", "stderr")
 #: the filename this source is compiled under in the sandbox (its frames are hidden)
 WORKER_FILENAME = "<gemkit-sandbox>"
 MAX_REQUEST = 256 * 1024 * 1024
-MAX_RESULT = 1024 * 1024
+#: the largest report a child sends (its exception's last line is cut to fit)
+MAX_RESULT = 16 * 1024
 
 
 def encode_frame(obj: object) -> bytes:
-    """One request (host to supervisor, supervisor to session): length header + marshal body."""
+    """One framed object (host to supervisor): length header + marshal body."""
     body = marshal.dumps(obj)
     return HEADER.pack(len(body)) + body
+
+
+def encode_message(meta: dict, parts: list[bytes]) -> bytes:
+    """A request to the supervisor: `meta` (no call data) framed, then the call's bytes.
+
+    The supervisor reads `parts` (the child's request, its stdin) straight into memory that
+    no child it forks inherits, and passes them on unread.
+    """
+    return encode_frame({**meta, "payload": [len(p) for p in parts]}) + b"".join(parts)
 
 
 def _not_json(obj: object) -> object:
@@ -63,14 +81,55 @@ _reply_chunks = (
 )
 
 
-def encode_reply(obj: dict) -> bytes:
-    """One reply (supervisor to host): length header + JSON body."""
+def encode_reply(obj: dict, tail: int = 0) -> bytes:
+    """The head of a reply (supervisor to host): length header, JSON header, then `tail` bytes.
+
+    A call's reply carries its output and report raw in the tail (`obj["tail"]` gives the
+    parts' lengths): the supervisor never makes a Python object of them.
+    """
     if _reply_chunks is None:
         text = json.dumps(obj, separators=(",", ":"))
     else:
         text = "".join(_reply_chunks(obj, 0))
     body = text.encode("utf-8")
-    return HEADER.pack(len(body)) + body
+    return HEADER.pack(HEADER.size + len(body) + tail) + HEADER.pack(len(body)) + body
+
+
+def decode_reply(body: bytes) -> dict:
+    """The host's view of a reply body; a call's reply becomes its outcome (`exec_outcome`).
+
+    Raises ValueError on anything that is not a well-formed reply.
+    """
+    if len(body) < HEADER.size:
+        raise ValueError("reply too short")
+    (n,) = HEADER.unpack_from(body)
+    header = json.loads(body[HEADER.size : HEADER.size + n])
+    if not isinstance(header, dict):
+        raise ValueError("reply is not an object")
+    lengths = header.pop("tail", None)
+    if lengths is None:
+        return header
+    tail = body[HEADER.size + n :]
+    if (
+        not isinstance(lengths, list)
+        or len(lengths) != 3
+        or not all(type(k) is int and k >= 0 for k in lengths)
+        or sum(lengths) != len(tail)
+    ):
+        raise ValueError("reply parts do not add up")
+    a, b, _ = lengths
+    reply = {
+        "stdout": tail[:a].decode("utf-8", "replace"),
+        "stderr": tail[a : a + b].decode("utf-8", "replace"),
+        "stdout_bytes": int(header.get("stdout_bytes", 0)),
+        "stderr_bytes": int(header.get("stderr_bytes", 0)),
+        "duration": float(header.get("duration", 0.0)),
+    }
+    if "clean" in header:
+        reply["clean"] = bool(header["clean"])
+    report = tail[a + b :] if header.get("reported") else None
+    reply.update(exec_outcome(header, report))
+    return reply
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -99,9 +158,33 @@ def _read_frame(fd: int) -> object | None:
     return None if body is None else marshal.loads(body)
 
 
-# A stateless child's request and report are packed by hand, not JSON: a forked child copies
-# every memory page it touches, and the json module's machinery spans many of them.
-_REQUEST = struct.Struct(">d4q")  # timeout, then memory, file size, open files, processes
+def _read_into(fd: int, view: memoryview) -> bool:
+    """Fill `view` from `fd` (no intermediate object); False at end of file."""
+    got = 0
+    while got < len(view):
+        n = os.readv(fd, [view[got:]])
+        if not n:
+            return False
+        got += n
+    return True
+
+
+def _write_views(fd: int, views: list) -> None:
+    """Write every buffer in order (one `writev` when the pipe takes them all)."""
+    pending = [memoryview(v) for v in views if len(v)]
+    while pending:
+        n = os.writev(fd, pending)
+        while pending and n >= len(pending[0]):
+            n -= len(pending[0])
+            pending.pop(0)
+        if pending and n:
+            pending[0] = pending[0][n:]
+
+
+# A child's request and report are packed by hand, not JSON: a forked child copies every
+# memory page it touches, and the json module's machinery spans many of them.
+# timeout; memory, file size, open files, processes; lengths of code, files, stdin (-1: none)
+_REQUEST = struct.Struct(">d4q3q")
 _REPORT = struct.Struct(">qB")  # exit code, flags (1: ran to its end, 2: raised)
 _LIMIT_KEYS = ("memory_bytes", "file_bytes", "nofile", "nproc")
 
@@ -111,22 +194,40 @@ def _limit_values(limits: dict) -> list[int]:
     return [-1 if limits.get(k) is None else int(limits[k]) for k in _LIMIT_KEYS]
 
 
-def encode_request(code: str, timeout: float, limits: dict) -> bytes:
-    """The frame that hands a stateless child its code and limits (None packs as -1)."""
-    body = _REQUEST.pack(float(timeout), *_limit_values(limits))
-    body += code.encode("utf-8", "surrogatepass")
+def encode_request(
+    code: str,
+    timeout: float,
+    limits: dict,
+    files: dict[str, bytes] | None = None,
+    stdin: str | None = None,
+) -> bytes:
+    """The frame that hands a child its code, limits, files and (a session's) stdin.
+
+    A limit that is None packs as -1; the child writes the files itself, with its own rights.
+    """
+    raw_code = code.encode("utf-8", "surrogatepass")
+    raw_files = marshal.dumps(dict(files)) if files else b""
+    raw_stdin = b"" if stdin is None else stdin.encode("utf-8", "surrogatepass")
+    sizes = (len(raw_code), len(raw_files), -1 if stdin is None else len(raw_stdin))
+    body = _REQUEST.pack(float(timeout), *_limit_values(limits), *sizes)
+    body += raw_code + raw_files + raw_stdin
     return HEADER.pack(len(body)) + body
 
 
 def _read_request(fd: int) -> tuple | None:
-    """A stateless child's request: (code, timeout, memory, file size, open files, processes).
-
-    A limit that was None arrives as -1.
-    """
+    """A child's request: (code, timeout, memory, file size, open files, processes, files,
+    stdin); a limit that was None arrives as -1, no files as {}, no stdin as None."""
     body = _read_body(fd)
     if body is None or len(body) < _REQUEST.size:
         return None
-    return (body[_REQUEST.size :].decode("utf-8", "surrogatepass"), *_REQUEST.unpack_from(body))
+    timeout, memory, file_size, nofile, nproc, n_code, n_files, n_stdin = _REQUEST.unpack_from(body)
+    at = _REQUEST.size
+    code = body[at : at + n_code].decode("utf-8", "surrogatepass")
+    at += n_code
+    files = marshal.loads(body[at : at + n_files]) if n_files else {}
+    at += n_files
+    stdin = None if n_stdin < 0 else body[at : at + n_stdin].decode("utf-8", "surrogatepass")
+    return code, timeout, memory, file_size, nofile, nproc, files, stdin
 
 
 def encode_report(result: dict) -> bytes:
@@ -137,12 +238,17 @@ def encode_report(result: dict) -> bytes:
     flags = (1 if result["finished"] else 0) | (2 if exc else 0)
     body = _REPORT.pack(code, flags)
     if exc:
-        text = "\0".join((exc["type"], exc["last_line"], exc.get("limit") or ""))
-        body += text.encode("utf-8", "backslashreplace")
+        kind = exc["type"].replace("\0", "?").encode("utf-8", "backslashreplace")[:200]
+        limit = (exc.get("limit") or "").encode()
+        last = exc["last_line"].encode("utf-8", "backslashreplace")
+        room = MAX_RESULT - _REPORT.size - len(kind) - len(limit) - 2
+        if len(last) > room:
+            last = last[: room - 6] + b" [...]"
+        body += b"\0".join((kind, last, limit))
     return HEADER.pack(len(body)) + body
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def _write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
@@ -190,12 +296,32 @@ def _limit(memory: int, file_size: int, nofile: int, nproc: int) -> None:
 
 
 def _privilege_calls(config: dict) -> list[tuple]:
-    """The calls that drop to the code's own uid and gid (none without one), as (function, args)."""
+    """The calls that drop the child's privileges, as (function, args).
+
+    With a uid of its own (gemkit runs as root): that uid and gid, which leaves no capability.
+    Without one, in a user namespace: every capability is dropped, so the code cannot change
+    the sandbox itself (mounts, hostname, network) for the calls after it.
+    """
     uid = config.get("uid")
     if uid is None:
-        return []
+        return [(_capability_dropper(), ())] if config.get("drop_caps") else []
     gid = config.get("gid", uid)
     return [(os.setgroups, ([],)), (os.setresgid, (gid,) * 3), (os.setresuid, (uid,) * 3)]
+
+
+def _capability_dropper() -> object:
+    """A function that empties this process's capability sets (raises if the kernel refuses)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable: all empty
+
+    def drop() -> None:
+        if libc.capset(header, data) != 0:
+            raise OSError(ctypes.get_errno(), "capset")
+
+    return drop
 
 
 def _describe_exception(exc: BaseException) -> dict:
@@ -237,6 +363,8 @@ def _execute(code: str, namespace: dict) -> dict:
         result["exception"] = {"type": info["type"], "last_line": info["last_line"]}
         if isinstance(e, OSError) and e.errno == 27:  # EFBIG: the file-size limit
             result["exception"]["limit"] = "file_size"
+        elif isinstance(e, OSError) and e.errno == 12:  # ENOMEM: a memory limit (the cgroup's)
+            result["exception"]["limit"] = "memory"
         result["exit_code"] = 1
         try:
             sys.stderr.write(info["traceback"])
@@ -274,17 +402,21 @@ def _fresh_stdio(stdin_text: str | None) -> None:
 def _child_plan(config: dict, fds: dict) -> list[tuple]:
     """The system calls a fresh child makes first, as (function, args) pairs.
 
-    Its own session, default SIGPIPE/SIGTERM, its pipes on 0/1/2, every other descriptor but
-    the result and request pipes closed (the protocol pipes to the host stay out of reach), no
-    privileges, the working directory. The supervisor works the list out before it forks, so
-    the child only runs it: a forked child copies every page it touches, and looking up names
-    and attributes touches many.
+    Its own session, default SIGPIPE/SIGTERM, the sandbox's memory cgroup, its pipes on 0/1/2,
+    every other descriptor but the result and request pipes closed (the protocol pipes to the
+    host and the cgroup's files stay out of reach), no privileges, the working directory. The
+    supervisor works the list out before it forks, so the child only runs it: a forked child
+    copies every page it touches, and looking up names and attributes touches many.
     """
     plan: list[tuple] = [
         (os.setsid, ()),
         (_signal.signal, (_SIGPIPE, _SIG_DFL)),
         (_signal.signal, (_SIGTERM, _SIG_DFL)),
     ]
+    memcg = config.get("memcg")
+    if memcg:
+        # "0": the writer itself; from here on every page it or its descendants make counts
+        plan.append((os.write, (memcg["procs"], b"0")))
     plan += [(os.dup2, (fds[name], target)) for target, name in enumerate(_STDIO_NAMES)]
     low = 3
     for fd in sorted(fds[name] for name in ("result", "request") if name in fds):
@@ -371,16 +503,54 @@ def _run_stateless_child(plan: list[tuple], fds: dict, stdio: tuple) -> None:
         req = _read_request(fds["request"])
         if req is None:
             os._exit(0)
-        code, timeout, memory, file_size, nofile, nproc = req
+        code, timeout, memory, file_size, nofile, nproc, files, _ = req
         # a fresh child has used next to no CPU time: no need to ask how much
         cpu = int(timeout) + 1
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        # the host's files before the limits: the file-size limit is the code's, not theirs
+        refused = _place_files(files) if files else None
         _limit(memory, file_size, nofile, nproc)
-        result = _execute(code, {"__name__": "__main__", "__builtins__": __builtins__})
+        if refused is None:
+            result = _execute(code, {"__name__": "__main__", "__builtins__": __builtins__})
+        else:
+            result = refused
         _write_all(fds["result"], encode_report(result))
     except BaseException:
         os._exit(70)
     os._exit(0)
+
+
+def _place_files(files: dict) -> dict | None:
+    """Write the call's files into the working directory; None, or the result of a refusal.
+
+    The child writes them after dropping its privileges: a symlink the code planted earlier
+    (in a session) can then lead nowhere the code could not write itself.
+    """
+    for name, content in files.items():
+        try:
+            folder = os.path.dirname(name)
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                _write_all(fd, content)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            line = (
+                "OSError: could not write the files into the working directory (check the "
+                f"names): {name}: {e.strerror}"
+            )
+            try:
+                os.write(2, line.encode("utf-8", "backslashreplace") + b"\n")
+            except OSError:
+                pass
+            return {
+                "exit_code": 1,
+                "finished": False,
+                "exception": {"type": "OSError", "last_line": line},
+            }
+    return None
 
 
 def _run_session_child(plan: list[tuple], limits: dict, fds: dict) -> None:
@@ -389,12 +559,14 @@ def _run_session_child(plan: list[tuple], limits: dict, fds: dict) -> None:
         _limit(*_limit_values(limits))
         namespace = {"__name__": "__main__", "__builtins__": __builtins__}
         while True:
-            req = _read_frame(fds["request"])
+            req = _read_request(fds["request"])
             if req is None:
                 os._exit(0)
-            _session_cpu_limit(req["timeout"])
-            _fresh_stdio(req.get("stdin"))
-            result = _execute(req["code"], namespace)
+            code, timeout, *_, files, stdin = req
+            _session_cpu_limit(timeout)
+            _fresh_stdio(stdin)
+            refused = _place_files(files) if files else None
+            result = _execute(code, namespace) if refused is None else refused
             _write_all(fds["result"], encode_report(result))
     except BaseException:
         os._exit(70)
@@ -403,33 +575,96 @@ def _run_session_child(plan: list[tuple], limits: dict, fds: dict) -> None:
 # -- the supervisor ----------------------------------------------------------------------------
 
 
-class _Capture:
-    """Reads one stream, keeping the first `limit` bytes and counting the rest."""
+class _Region:
+    """Memory for call data (a request, output, a report) that no forked child inherits.
 
-    def __init__(self, fd: int, limit: int):
+    The supervisor forks every child, and a child can read all of its own memory: whatever the
+    supervisor's heap held of an earlier call, freed or not, would be readable by the next
+    call's code. So the bytes of a call only ever pass through these mappings, which `fork`
+    leaves out of the child (MADV_DONTFORK), and never through a Python object.
+    """
+
+    def __init__(self, size: int):
+        self.base = max(size, mmap.PAGESIZE)
+        self.map: mmap.mmap | None = None
+        self.view = memoryview(b"")
+        self._new(self.base)
+
+    def _new(self, size: int) -> None:
+        self.view.release()
+        if self.map is not None:
+            self.map.close()
+        # private: a shared anonymous mapping would be shmem, and shared with any child that
+        # did inherit it
+        self.map = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)
+        dontfork = getattr(mmap, "MADV_DONTFORK", None)
+        if dontfork is not None:  # Linux; elsewhere only unsafe-local runs
+            self.map.madvise(dontfork)
+        self.view = memoryview(self.map)
+
+    def get(self, size: int) -> memoryview:
+        """The first `size` bytes; grown to fit, and shrunk back after an outsized call."""
+        if size > len(self.view) or (len(self.view) > self.base >= size):
+            self._new(max(size, self.base))
+        return self.view[:size]
+
+
+class _Capture:
+    """Reads one stream into a region: the first `limit` bytes are kept, the rest counted."""
+
+    def __init__(self, fd: int, limit: int, region: _Region, scratch: memoryview):
         self.fd = fd
-        self.limit = limit
-        self.kept = bytearray()
+        self.view = region.get(limit)
+        self.scratch = scratch
+        self.kept = 0
         self.total = 0
         self.open = True
 
     def read(self) -> None:
+        room = len(self.view) - self.kept
         try:
-            chunk = os.read(self.fd, 1 << 16)
+            n = os.readv(self.fd, [self.view[self.kept :] if room > 0 else self.scratch])
         except BlockingIOError:
             return
         except OSError:
-            chunk = b""
-        if not chunk:
+            n = 0
+        if not n:
             self.open = False
             return
-        self.total += len(chunk)
-        room = self.limit - len(self.kept)
+        self.total += n
         if room > 0:
-            self.kept += chunk[:room]
+            self.kept += n
 
-    def text(self) -> str:
-        return self.kept.decode("utf-8", errors="replace")
+    def part(self) -> memoryview:
+        return self.view[: self.kept]
+
+
+class _Report:
+    """The child's framed report, read into a region."""
+
+    def __init__(self, region: _Region):
+        self.view = region.get(HEADER.size + MAX_RESULT)
+        self.got = 0
+        self.open = True
+
+    def read(self, fd: int) -> None:
+        try:
+            n = os.readv(fd, [self.view[self.got :]]) if self.got < len(self.view) else 0
+        except OSError:
+            n = 0
+        if not n:
+            self.open = False
+            return
+        self.got += n
+
+    def body(self) -> memoryview | bool | None:
+        """The report once it is whole; False when what came is no report of ours."""
+        if self.got < HEADER.size:
+            return None
+        (n,) = HEADER.unpack_from(self.view)
+        if n > MAX_RESULT:  # not our child's report: the code wrote to the pipe
+            return False
+        return self.view[HEADER.size : HEADER.size + n] if self.got >= HEADER.size + n else None
 
 
 def _kill_all_others(pidns: bool, pgid: int | None) -> None:
@@ -505,51 +740,18 @@ def _wipe(path: str, keep: tuple[str, ...] = ()) -> bool:
     return ok
 
 
-def _write_files(config: dict, files: dict) -> None:
-    """Put the call's files in the working directory, as the code's own uid.
-
-    Written by a child that has dropped privileges: a symlink the code planted earlier (in a
-    session) can then lead nowhere the code could not write itself.
-    """
-    if not files:
-        return
-    pid = os.fork()
-    if pid == 0:
-        status = 1
-        try:
-            _child_enter(_privilege_calls(config))
-            workdir = config["workdir"]
-            for name, content in files.items():
-                path = os.path.join(workdir, name)
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as f:
-                    f.write(content)
-            status = 0
-        except BaseException as e:
-            try:
-                os.write(2, f"{type(e).__name__}: {e}".encode()[:500])
-            except OSError:
-                pass
-        os._exit(status)
-    _, status = os.waitpid(pid, 0)
-    if status != 0:
-        raise OSError("could not write the files into the working directory (check the names)")
-
-
 def _collect(
     captures: list[_Capture],
+    report: _Report,
     result_fd: int,
     deadline: float,
     stdin: list | None = None,
     child: int | None = None,
-) -> tuple[bytes | None, bool, int | None]:
-    """Pump output until the child's framed result arrives, the child dies, or time runs out.
+) -> tuple[memoryview | None, bool, int | None]:
+    """Pump output until the child's framed report arrives, the child dies, or time runs out.
 
-    Returns (result body or None, timed out, the child's wait status if it was reaped here).
+    Returns (report body or None, timed out, the child's wait status if it was reaped here).
     """
-    result = bytearray()
-    want = HEADER.size
-    result_open = True
     # stdin is [fd, data]; fd becomes -1 once written out and closed
     stdin = stdin if stdin is not None else [-1, b""]
     stdin_view = memoryview(stdin[1])
@@ -558,15 +760,10 @@ def _collect(
         stdin[0] = -1
     status: int | None = None
     while True:
-        if len(result) >= want:
-            if want == HEADER.size:
-                (n,) = HEADER.unpack(bytes(result[: HEADER.size]))
-                if n > MAX_RESULT:  # not our child's report: the code wrote to the pipe
-                    return None, False, status
-                want = HEADER.size + n
-                continue
-            return bytes(result[HEADER.size : want]), False, status
-        if not result_open or status is not None:
+        body = report.body()
+        if body is not None:
+            return (body or None), False, status
+        if not report.open or status is not None:
             return None, False, status
         left = deadline - time.monotonic()
         if left <= 0:
@@ -590,14 +787,7 @@ def _collect(
             if c.fd in r:
                 c.read()
         if result_fd in r:
-            try:
-                chunk = os.read(result_fd, 1 << 16)
-            except OSError:
-                chunk = b""
-            if chunk:
-                result += chunk
-            else:
-                result_open = False
+            report.read(result_fd)
         if child is not None and not r:
             # the child may be gone while its descendants still hold the pipes open
             try:
@@ -606,21 +796,8 @@ def _collect(
                 pid, st = child, 0
             if pid == child:
                 status = st
-                _drain_fd_into(result_fd, result)
-
-
-def _drain_fd_into(fd: int, buf: bytearray) -> None:
-    while True:
-        r, _, _ = select.select([fd], [], [], 0)
-        if not r:
-            return
-        try:
-            chunk = os.read(fd, 1 << 16)
-        except OSError:
-            return
-        if not chunk:
-            return
-        buf += chunk
+                while report.open and select.select([result_fd], [], [], 0)[0]:
+                    report.read(result_fd)
 
 
 def _drain(captures: list[_Capture], wait: float) -> None:
@@ -638,22 +815,71 @@ def _drain(captures: list[_Capture], wait: float) -> None:
                 c.read()
 
 
-def _reply_output(captures: list[_Capture]) -> dict:
+def _output_header(captures: list[_Capture]) -> dict:
     out, err = captures
-    return {
-        "stdout": out.text(),
-        "stdout_bytes": out.total,
-        "stderr": err.text(),
-        "stderr_bytes": err.total,
-    }
+    return {"stdout_bytes": out.total, "stderr_bytes": err.total}
 
 
-def _status_of(status: int) -> tuple[int, str | None]:
+def _status_of(status: int, oom: bool = False) -> tuple[int, str | None]:
+    """Exit code (minus the signal if killed) and the limit a wait status shows, if any.
+
+    `oom`: the memory cgroup killed a process of this call, so a SIGKILL is its memory limit.
+    """
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         limit = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file_size"}.get(sig)
+        if oom and sig == signal.SIGKILL:
+            limit = "memory"
         return -sig, limit
     return os.WEXITSTATUS(status), None
+
+
+def exec_outcome(header: dict, report: bytes | None) -> dict:
+    """What a call did: exit code, whether it finished, its exception and the limit it hit.
+
+    From the supervisor's account (`header`: the child's wait status, the clock, the memory
+    cgroup) and the child's own `report`. The report comes from the process that ran the
+    code, so the code can forge it: its exit code, `finished` and exception are the code's
+    word, never a verdict. The wall clock, signals and the memory cgroup are not.
+    """
+    status = header.get("status")
+    oom = bool(header.get("oom"))
+    timed_out = bool(header.get("timed_out"))
+    out: dict = {}
+    if header.get("stateful"):
+        if header.get("alive"):
+            out.update(parse_report(report))
+            _mark_limit(out, False, None)
+        else:
+            # the session is gone (timeout, crash, limit): its state is lost
+            exit_code, limit_hit = _status_of(int(status or 0), oom)
+            out["exit_code"] = exit_code if exit_code else 1
+            out["session_lost"] = True
+            # no report came: killed by a signal, or os._exit() in the code / a failed session
+            _mark_limit(out, timed_out, limit_hit, "killed" if exit_code < 0 else "exited")
+        if header.get("restarted"):
+            out["session_lost"] = True
+        return out
+    exit_code, limit_hit = _status_of(int(status), oom) if status is not None else (0, None)
+    result = parse_report(report)
+    out.update(result)
+    if exit_code != 0 and not result.get("exit_code"):
+        out["exit_code"] = exit_code
+    elif "exit_code" not in out:
+        out["exit_code"] = exit_code
+    killed = report is None and exit_code < 0
+    _mark_limit(out, timed_out, limit_hit, "killed" if killed else None)
+    return out
+
+
+def _oom_count(fd: int) -> int:
+    """The memory cgroup's count of processes its limit killed (`oom_kill` in its events)."""
+    try:
+        text = os.pread(fd, 4096, 0)
+    except OSError:
+        return 0
+    at = text.find(b"oom_kill ")
+    return int(text[at + 9 :].split(None, 1)[0]) if at >= 0 else 0
 
 
 class Supervisor:
@@ -669,6 +895,15 @@ class Supervisor:
         self.pending: list[int] = []
         self.stateless_used = False
         self.stdio = _stateless_stdio()
+        # every byte of a call passes through these (see _Region), none through Python objects
+        self.inbox = _Region(1 << 16)
+        self.outputs = (_Region(1 << 16), _Region(1 << 16))
+        self.scratch = _Region(1 << 16).view
+        self.report = _Region(HEADER.size + MAX_RESULT)
+        self.parts: list[memoryview] = []
+        memcg = config.get("memcg")
+        self.oom_fd: int | None = memcg["events"] if memcg else None
+        self.ooms = _oom_count(self.oom_fd) if self.oom_fd is not None else 0
         _warm_child_path()
 
     def serve(self) -> None:
@@ -676,14 +911,15 @@ class Supervisor:
         # children share the supervisor's pages copy-on-write; a frozen heap is never touched
         # by their garbage collector, so forking stays cheap
         gc.freeze()
-        _write_all(self.wfd, encode_reply({"ready": True, "pid": os.getpid()}))
+        self._send({"ready": True, "pid": os.getpid()})
         while True:
             req = _read_frame(self.rfd)
-            if req is None:
+            if not isinstance(req, dict) or not self._read_payload(req):
                 self._end_session()
                 return
+            tail: list[memoryview] = []
             try:
-                reply = self.handle(req)
+                reply, tail = self.handle(req)
             except Exception as e:  # report, and let the host replace this sandbox
                 reply = {
                     "error": f"{type(e).__name__}: {e}",
@@ -691,8 +927,47 @@ class Supervisor:
                     "exit_code": 1,
                     "session_lost": bool(req.get("stateful")),
                 }
-            _write_all(self.wfd, encode_reply(reply))
+            self._send(reply, tail)
+            self.parts = []
             self.after_reply()
+
+    def _read_payload(self, req: dict) -> bool:
+        """Read the call's bytes that follow the request into the inbox; False on a bad frame."""
+        sizes = req.get("payload") or []
+        total = sum(sizes)
+        if total > MAX_REQUEST:
+            return False
+        view = self.inbox.get(total)
+        if not _read_into(self.rfd, view):
+            return False
+        self.parts, at = [], 0
+        for n in sizes:
+            self.parts.append(view[at : at + n])
+            at += n
+        return True
+
+    def _send(self, reply: dict, tail: list[memoryview] | None = None) -> None:
+        """Write a reply: its JSON header, then the call's output and report straight from
+        their regions."""
+        tail = tail or []
+        if tail:
+            reply["tail"] = [len(v) for v in tail]
+        head = encode_reply(reply, sum(len(v) for v in tail))
+        _write_views(self.wfd, [head, *tail])
+
+    def _captures(self, out: int, err: int, limit: int) -> list[_Capture]:
+        return [
+            _Capture(fd, limit, r, self.scratch)
+            for fd, r in zip((out, err), self.outputs, strict=True)
+        ]
+
+    def _oom_killed(self) -> bool:
+        """Whether the memory cgroup killed a process since the last look (one read)."""
+        if self.oom_fd is None:
+            return False
+        count = _oom_count(self.oom_fd)
+        killed, self.ooms = count > self.ooms, count
+        return killed
 
     def _wait_until_alone(self, limit: float = 2.0) -> None:
         """Wait (briefly) until every killed process is gone, so the next call starts clean.
@@ -726,8 +1001,8 @@ class Supervisor:
                 return
             time.sleep(0.001)
 
-    def handle(self, req: dict) -> dict:
-        """Serve one request."""
+    def handle(self, req: dict) -> tuple[dict, list[memoryview]]:
+        """Serve one request: the reply's header and the raw parts that follow it."""
         op = req.get("op")
         if op == "exec":
             if req.get("stateful"):
@@ -736,10 +1011,10 @@ class Supervisor:
             return self.exec_stateless(req)
         if op == "reset":
             self._end_session()
-            return {"clean": _wipe(self.config["workdir"]) and self._wipe_tmp()}
+            return {"clean": _wipe(self.config["workdir"]) and self._wipe_tmp()}, []
         if op == "ping":
-            return {"pong": True}
-        return {"error": f"unknown op {op!r}"}
+            return {"pong": True}, []
+        return {"error": f"unknown op {op!r}"}, []
 
     def _wipe_tmp(self) -> bool:
         keep = tuple(self.config.get("keep", ()))
@@ -766,25 +1041,24 @@ class Supervisor:
             os.close(fd)
         self.next = {"pid": pid, "out": out_r, "err": err_r, "res": res_r, "in": in_w, "req": req_w}
 
-    def exec_stateless(self, req: dict) -> dict:
-        _write_files(self.config, req.get("files") or {})
+    def exec_stateless(self, req: dict) -> tuple[dict, list[memoryview]]:
         limit = int(req["limits"].get("max_output", 10_000))
+        request, stdin = self.parts
         self.prefork()
         child, self.next = self.next, None
         assert child is not None
         pid = child["pid"]
-        stdin = req.get("stdin")
-        stdin_bytes = stdin.encode("utf-8") if stdin is not None else b""
         start = time.monotonic()
         try:
-            _write_all(child["req"], req["child"])
+            _write_all(child["req"], request)
         except OSError:
             pass
         os.close(child["req"])
-        captures = [_Capture(child["out"], limit), _Capture(child["err"], limit)]
+        captures = self._captures(child["out"], child["err"], limit)
+        report = _Report(self.report)
         deadline = start + float(req["timeout"])
-        stdin_pipe = [child["in"], stdin_bytes]
-        raw, timed_out, status = _collect(captures, child["res"], deadline, stdin_pipe, pid)
+        stdin_pipe = [child["in"], stdin]
+        raw, timed_out, status = _collect(captures, report, child["res"], deadline, stdin_pipe, pid)
         duration = time.monotonic() - start
         if stdin_pipe[0] >= 0:
             os.close(stdin_pipe[0])
@@ -801,19 +1075,16 @@ class Supervisor:
         _drain(captures, 0.2 if raw is None else 0)
         for fd in (child["out"], child["err"], child["res"]):
             os.close(fd)
-        exit_code, limit_hit = _status_of(status) if status is not None else (0, None)
-        result = _parse_result(raw)
-        reply = _reply_output(captures)
-        reply.update(result)
-        if exit_code != 0 and not result.get("exit_code"):
-            reply["exit_code"] = exit_code
-        elif "exit_code" not in reply:
-            reply["exit_code"] = exit_code
-        killed = raw is None and exit_code < 0
-        _mark_limit(reply, timed_out, limit_hit, "killed" if killed else None)
-        reply["duration"] = duration
-        reply["clean"] = _wipe(self.config["workdir"]) and self._wipe_tmp()
-        return reply
+        header = {
+            "status": status,
+            "timed_out": timed_out,
+            "oom": self._oom_killed(),
+            "reported": raw is not None,
+            "duration": duration,
+            "clean": _wipe(self.config["workdir"]) and self._wipe_tmp(),
+            **_output_header(captures),
+        }
+        return header, [captures[0].part(), captures[1].part(), raw or self.scratch[:0]]
 
     def after_reply(self) -> None:
         """Work that need not delay the reply: reap the last child, fork the next one."""
@@ -878,8 +1149,8 @@ class Supervisor:
                 pass
         self.session = None
 
-    def exec_stateful(self, req: dict) -> dict:
-        _write_files(self.config, req.get("files") or {})
+    def exec_stateful(self, req: dict) -> tuple[dict, list[memoryview]]:
+        (request,) = self.parts
         restarted = False
         if self.session is not None and self.session.get("dead"):
             self._end_session()
@@ -889,26 +1160,19 @@ class Supervisor:
         s = self.session
         assert s is not None
         limit = int(req["limits"].get("max_output", 10_000))
-        captures = [_Capture(s["out"], limit), _Capture(s["err"], limit)]
+        captures = self._captures(s["out"], s["err"], limit)
+        report = _Report(self.report)
         start = time.monotonic()
         try:
-            _write_all(
-                s["req"],
-                encode_frame(
-                    {"code": req["code"], "timeout": req["timeout"], "stdin": req.get("stdin")}
-                ),
-            )
+            _write_all(s["req"], request)
         except OSError:
             pass
         deadline = start + float(req["timeout"])
-        raw, timed_out, status = _collect(captures, s["res"], deadline, None, s["pid"])
+        raw, timed_out, status = _collect(captures, report, s["res"], deadline, None, s["pid"])
         duration = time.monotonic() - start
         _drain(captures, 0)
-        reply = _reply_output(captures)
-        if raw is not None and not timed_out:
-            reply.update(_parse_result(raw))
-            _mark_limit(reply, False, None)
-        else:
+        alive = raw is not None and not timed_out
+        if not alive:
             # the session is gone (timeout, crash, limit): its state is lost
             pid = s["pid"]
             if status is None:
@@ -919,17 +1183,20 @@ class Supervisor:
                 except ChildProcessError:
                     status = 0
             _drain(captures, 0.2)
-            reply.update(_reply_output(captures))
-            exit_code, limit_hit = _status_of(status)
             self._end_session()
-            reply["exit_code"] = exit_code if exit_code else 1
-            reply["session_lost"] = True
-            # no report came: killed by a signal, or os._exit() in the code / a failed session
-            _mark_limit(reply, timed_out, limit_hit, "killed" if exit_code < 0 else "exited")
-        if restarted:
-            reply["session_lost"] = True
-        reply["duration"] = duration
-        return reply
+        header = {
+            "stateful": True,
+            "alive": alive,
+            "status": status,
+            "timed_out": timed_out,
+            "oom": self._oom_killed(),
+            "reported": alive,
+            "restarted": restarted,
+            "duration": duration,
+            **_output_header(captures),
+        }
+        tail = [captures[0].part(), captures[1].part(), raw if alive else self.scratch[:0]]
+        return header, tail
 
 
 def _mark_limit(
@@ -955,14 +1222,14 @@ def _mark_limit(
         reply["limit_hit"] = otherwise
 
 
-def _parse_result(raw: bytes | None) -> dict:
+def parse_report(raw: bytes | None) -> dict:
     """The child's own report; it ran user code, so anything unexpected means 'no report'."""
     if not raw or len(raw) < _REPORT.size:
         return {}
     exit_code, flags = _REPORT.unpack_from(raw)
     out: dict = {"exit_code": exit_code, "finished": bool(flags & 1)}
     if flags & 2:
-        text = raw[_REPORT.size :].decode("utf-8", "replace")
+        text = bytes(raw[_REPORT.size :]).decode("utf-8", "replace")
         if text.count("\0") < 2:
             return {}
         kind, rest = text.split("\0", 1)
@@ -1008,6 +1275,96 @@ def _adopt_site(info: dict) -> None:
     sys.meta_path.append(_SiteOnMiss)
 
 
+# -- the system-call filter every process of the sandbox runs under ---------------------------
+
+#: namespace flags of clone/unshare: NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
+#: NEWNET, NEWTIME (0x80 is an exit signal above 64 in clone's flags, which clone refuses)
+_NAMESPACE_FLAGS = 0x00020000 | 0x7E000000 | 0x00000080
+#: system calls refused outright: keyrings (kept per uid by the kernel, so seen by every later
+#: call), System V IPC and POSIX message queues (objects that outlive their processes), and
+#: the kernel interfaces sandboxed code has no use for (io_uring, bpf, userfaultfd, perf)
+_REFUSED = (
+    "setns add_key request_key keyctl shmget msgget semget mq_open io_uring_setup bpf "
+    "userfaultfd perf_event_open"
+).split()
+_GENERIC_SYSCALLS = {
+    "clone": 220, "unshare": 97, "clone3": 435, "setns": 268, "add_key": 217,
+    "request_key": 218, "keyctl": 219, "shmget": 194, "msgget": 186, "semget": 190,
+    "mq_open": 180, "io_uring_setup": 425, "bpf": 280, "userfaultfd": 282,
+    "perf_event_open": 241,
+}  # fmt: skip
+#: per machine: its AUDIT_ARCH value and system-call numbers
+SYSCALLS = {
+    "x86_64": (0xC000003E, {
+        "clone": 56, "unshare": 272, "clone3": 435, "setns": 308, "add_key": 248,
+        "request_key": 249, "keyctl": 250, "shmget": 29, "msgget": 68, "semget": 64,
+        "mq_open": 240, "io_uring_setup": 425, "bpf": 321, "userfaultfd": 323,
+        "perf_event_open": 298,
+    }),
+    "aarch64": (0xC00000B7, _GENERIC_SYSCALLS),
+    "riscv64": (0xC00000F3, _GENERIC_SYSCALLS),
+}  # fmt: skip
+_EPERM, _ENOSYS = 1, 38
+
+
+def seccomp_filter(machine: str) -> bytes | None:
+    """The classic-BPF seccomp program for `machine` (None: no table for it).
+
+    Refused with EPERM: any new namespace (a user namespace would hand the code a full set of
+    capabilities), joining one, and the calls in `_REFUSED`. With ENOSYS: clone3, whose flags
+    a filter cannot read (the C library then falls back to clone, whose flags it can), other
+    ABIs (x32, 32-bit) whose numbers this table does not cover. Everything else is allowed.
+    """
+    if machine not in SYSCALLS:
+        return None
+    arch, nr = SYSCALLS[machine]
+    ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, errno = 0x7FFF0000, 0x00050000
+    # (code, k, jump-if-true label, jump-if-false label); a label of None: the next one
+    prog: list[tuple] = [(ld, 4, None, None), (jeq, arch, None, "nosys"), (ld, 0, None, None)]
+    if machine == "x86_64":
+        prog.append((jge, 0x40000000, "nosys", None))  # the x32 ABI
+    refused = sorted(nr[name] for name in _REFUSED)
+    prog.append((jge, min(refused + [nr["clone"], nr["unshare"]]), None, "allow"))
+    prog += [(jeq, nr["clone3"], "nosys", None)]
+    prog += [(jeq, nr[name], "flags", None) for name in ("clone", "unshare")]
+    prog += [(jeq, n, "perm", None) for n in refused]
+    labels = {"allow": len(prog)}
+    prog.append((ret, allow, None, None))
+    labels["flags"] = len(prog)
+    # the flags are the first argument's low 32 bits (little-endian machines)
+    prog += [(ld, 16, None, None), (jset, _NAMESPACE_FLAGS, "perm", None), (ret, allow, None, None)]
+    labels["perm"] = len(prog)
+    prog.append((ret, errno | _EPERM, None, None))
+    labels["nosys"] = len(prog)
+    prog.append((ret, errno | _ENOSYS, None, None))
+    out = bytearray()
+    for at, (code, k, yes, no) in enumerate(prog):
+        jt = labels[yes] - at - 1 if yes else 0
+        jf = labels[no] - at - 1 if no else 0
+        out += struct.pack("=HBBI", code, jt, jf, k)
+    return bytes(out)
+
+
+def _install_seccomp(program: bytes) -> None:
+    """Put this process (and every process it will fork) under `program`, for good."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    ulong = ctypes.c_ulong
+
+    class Program(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    prog = Program(len(program) // 8, program)
+    # no_new_privs: lets a process without CAP_SYS_ADMIN install a filter; programs the code
+    # starts gain no privilege from set-uid bits or file capabilities either
+    if libc.prctl(38, ulong(1), ulong(0), ulong(0), ulong(0)) != 0:  # PR_SET_NO_NEW_PRIVS
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+    if libc.prctl(22, ulong(2), ctypes.byref(prog), ulong(0), ulong(0)) != 0:  # SECCOMP_MODE_FILTER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP): this kernel has no seccomp")
+
+
 def _no_dump() -> None:
     """Keep same-uid code from opening this process's pipes through /proc or ptrace."""
     try:
@@ -1051,6 +1408,10 @@ def main(argv: list[str]) -> None:
     _no_dump()
     if config.get("setup"):
         _setup_filesystem(config)
+    if config.get("seccomp"):
+        program = seccomp_filter(os.uname().machine)
+        if program is not None:
+            _install_seccomp(program)
     os.chdir(config["workdir"])
     supervisor = Supervisor(config, rfd, wfd)
     _release_free_memory()
@@ -1061,7 +1422,9 @@ def _setup_filesystem(config: dict) -> None:
     """Build a fresh root (read-only binds + tmpfs) and pivot into it (the unshare backend).
 
     Runs as root of fresh mount and pid namespaces. After `pivot_root` the host's tree is
-    detached, so no chroot-style escape leads back to it.
+    detached, so no chroot-style escape leads back to it. The paths in `hidden` are covered
+    (an empty read-only folder, or an empty file), and the root itself is made read-only: the
+    code can write only /tmp and the working directory, which are emptied after each call.
     """
     import ctypes
 
@@ -1104,6 +1467,13 @@ def _setup_filesystem(config: dict) -> None:
         mount(path, target, None, ms_bind | ms_rec, None)
         locked = os.statvfs(path).f_flag & (ms_nosuid | ms_nodev | ms_noexec)
         mount(None, target, None, ms_bind | ms_remount | ms_rdonly | ms_nosuid | locked, None)
+    for path in setup.get("hidden", ()):
+        target = new + path
+        if os.path.isdir(target):
+            mount("tmpfs", target, "tmpfs", ms_rdonly | ms_nosuid | ms_nodev, "mode=0755,size=4k")
+        else:
+            mount("/dev/null", target, None, ms_bind, None)
+            mount(None, target, None, ms_bind | ms_remount | ms_rdonly | ms_nosuid, None)
     os.makedirs(new + "/dev", mode=0o755)
     for node in ("null", "zero", "full", "random", "urandom"):
         open(new + "/dev/" + node, "a").close()
@@ -1125,6 +1495,7 @@ def _setup_filesystem(config: dict) -> None:
         err = ctypes.get_errno()
         raise OSError(err, f"umount old root: {os.strerror(err)}")
     os.chdir("/")
+    mount(None, "/", None, ms_remount | ms_bind | ms_rdonly | ms_nosuid | ms_nodev, None)
 
 
 if __name__ == "__main__":
