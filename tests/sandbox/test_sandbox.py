@@ -20,9 +20,11 @@ from gemkit.sandbox import (
     SandboxError,
     SandboxUnavailableError,
     backends,
+    memcg,
     truncation_marker,
     worker,
 )
+from gemkit.sandbox import sandbox as sandbox_module
 
 
 @pytest.fixture(scope="module")
@@ -463,3 +465,95 @@ def test_the_code_inherits_no_future_flags_from_the_supervisor(sb):
         assert session.run_sync(code).stdout == "True\n"
     finally:
         session.close()
+
+
+# -- memory cgroups, the reply format, the system-call filter ----------------------------------
+
+V1_CGROUPS = "5:memory:/user.slice/app\n1:cpu:/\n0::/user.slice/app\n"
+V2_CGROUPS = "0::/user.slice/app\n"
+MOUNTS = [
+    ("/sys/fs/cgroup/memory", "cgroup", "rw,memory"),
+    ("/sys/fs/cgroup/unified", "cgroup2", "rw"),
+]
+
+
+def test_the_memory_cgroup_is_found_below_the_one_gemkit_runs_in():
+    found = memcg.find_hierarchy(V1_CGROUPS, MOUNTS)
+    assert found == memcg.Hierarchy("/sys/fs/cgroup/memory/user.slice/app", 1)
+    assert found.limit_files()[0] == "memory.limit_in_bytes"
+
+
+def test_without_a_usable_memory_cgroup_the_reason_is_given():
+    assert "not mounted" in memcg.find_hierarchy(V1_CGROUPS, MOUNTS[1:])
+    assert "no memory cgroup" in memcg.find_hierarchy("", MOUNTS)
+    # cgroup v2 without the memory controller handed down to gemkit's children
+    reason = memcg.find_hierarchy(V2_CGROUPS, [("/nonexistent-cgroup2", "cgroup2", "rw")])
+    assert "cgroup.subtree_control" in reason
+
+
+def test_without_a_memory_cgroup_the_sandbox_limits_each_process_and_says_so(monkeypatch, caplog):
+    monkeypatch.setattr(memcg, "why_unavailable", lambda: "cgroups are not mounted here")
+    monkeypatch.setattr(sandbox_module, "_SAID_SCOPE", [])
+    with caplog.at_level("WARNING"), Sandbox(timeout=5, workers=1, memory_mb=128) as sandbox:
+        assert sandbox.memory_scope == "process"
+        r = sandbox.run_sync("block = bytearray(512 * 1024**2)")
+        assert r.limit_hit == "memory" and r.exception.startswith("MemoryError")
+        assert sandbox.run_sync("print('ok')").stdout == "ok\n"
+    assert "limits each process only (no memory cgroup: cgroups are not mounted here)" in (
+        caplog.text
+    )
+
+
+@pytest.mark.skipif(memcg.why_unavailable() is not None, reason="no memory cgroup here")
+def test_each_sandbox_has_its_memory_cgroup_until_it_closes():
+    with Sandbox(timeout=5, workers=1) as sandbox:
+        r = sandbox.run_sync("print(open('/proc/self/cgroup').read())")
+        assert memcg.PREFIX in r.stdout
+        (pooled,) = sandbox._idle
+        path = pooled.group.path
+        limit_file = memcg.hierarchy().limit_files()[0]
+        assert int(Path(path, limit_file).read_text()) == sandbox.memory_mb * 1024 * 1024
+    assert not os.path.exists(path)
+
+
+def test_a_reply_whose_parts_do_not_add_up_is_refused():
+    head = worker.encode_reply({"tail": [5, 0, 0], "stdout_bytes": 5}, 3)[worker.HEADER.size :]
+    with pytest.raises(ValueError, match="do not add up"):
+        worker.decode_reply(head + b"abc")
+    assert worker.decode_reply(worker.encode_reply({"pong": True})[4:]) == {"pong": True}
+
+
+def test_the_code_s_own_report_cannot_name_a_limit_it_did_not_hit_through_its_exception_text():
+    report = worker.encode_report(
+        {
+            "exit_code": 1,
+            "finished": False,
+            "exception": {"type": "ValueError", "last_line": "ValueError: x\0memory"},
+        }
+    )
+    parsed = worker.parse_report(report[worker.HEADER.size :])
+    assert parsed["exception"] == {"type": "ValueError", "last_line": "ValueError: x\0memory"}
+
+
+def test_an_outsized_exception_line_is_cut_to_fit_the_report():
+    line = "ValueError: " + "é" * 100_000
+    report = worker.encode_report(
+        {"exit_code": 1, "finished": False, "exception": {"type": "ValueError", "last_line": line}}
+    )
+    assert len(report) <= worker.HEADER.size + worker.MAX_RESULT
+    parsed = worker.parse_report(report[worker.HEADER.size :])
+    assert parsed["exception"]["last_line"].endswith(" [...]")
+
+
+def test_the_filter_has_a_table_for_each_machine_it_knows_and_none_for_others():
+    for machine in worker.SYSCALLS:
+        program = worker.seccomp_filter(machine)
+        assert program and len(program) % 8 == 0
+    assert worker.seccomp_filter("sparc64") is None
+
+
+def test_hidden_paths_must_be_absolute_and_cannot_hold_the_interpreter():
+    with pytest.raises(SandboxError, match="must be absolute"):
+        Sandbox(hidden_paths=("data/answers",))
+    with pytest.raises(SandboxUnavailableError, match="cannot be hidden"):
+        Sandbox(hidden_paths=(sys.prefix,))
