@@ -72,7 +72,9 @@ class ScriptedPolicy(SyncPolicy):
 class RandomPolicy(SyncPolicy):
     """Plays uniformly random well-formed moves from `sampler(rng)`, else a boxed number 1-100."""
 
-    def __init__(self, sampler: Callable[[np.random.Generator], str] | None = None, seed: int | None = None):
+    def __init__(
+        self, sampler: Callable[[np.random.Generator], str] | None = None, seed: int | None = None
+    ):
         self.sampler = sampler
         self.rng = np.random.default_rng(seed)
 

@@ -23,6 +23,8 @@ EAGER_SIZES = {"acre": 500, "word_ladder": 20_000}
 ANSWER_FORMAT = "Give your final answer inside \\boxed{} or <answer></answer>."
 #: metadata fields that hold a valid answer for datasets whose `answer` is None
 REFERENCE_FIELDS = ("possible_answer", "example_correct_answer", "example_answer")
+
+
 class ReasoningGymMissing(GemkitError, ImportError):
     """reasoning-gym is not installed."""
 

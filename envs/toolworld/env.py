@@ -128,7 +128,9 @@ class ToolWorldEnv(Env):
             levels = sorted({r.get("level") for r in records})
             records = [r for r in records if r.get("level") == level]
             if not records:
-                raise ToolWorldError(f"no task of level {level} in this set; it has levels {levels}")
+                raise ToolWorldError(
+                    f"no task of level {level} in this set; it has levels {levels}"
+                )
         categories = {r["category"] for r in records}
         if len(categories) > 1:
             raise ToolWorldError(f"one category per env, found {sorted(categories)}")
@@ -158,7 +160,9 @@ class ToolWorldEnv(Env):
 
     # -- the episode ------------------------------------------------------------------------
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetResult:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
         """Pick a task (`options={"index": i}` or at random) and show its prompt."""
         from gemkit.synth.tasks.base import Database
         from gemkit.synth.tasks.run import task_from_record
@@ -178,7 +182,9 @@ class ToolWorldEnv(Env):
             from gemkit.synth.tasks.llm import CodeRuntime, code_task
 
             # a model-written program: its tools and verifier run in the sandbox
-            self.runtime = CodeRuntime(self.record, self.root / self.record["database"], self.submit)
+            self.runtime = CodeRuntime(
+                self.record, self.root / self.record["database"], self.submit
+            )
             self.task = code_task(self.record)
         else:
             self.task = task_from_record(self.record)

@@ -206,9 +206,7 @@ class Category:
     def _templates(self) -> dict[str, FunctionTool]:
         key = f"{type(self).__module__}.{type(self).__qualname__}"
         if key not in _TOOLS:
-            _TOOLS[key] = {
-                n: tool(fn, thread=False) for n, fn in self.functions(_no_db).items()
-            }
+            _TOOLS[key] = {n: tool(fn, thread=False) for n, fn in self.functions(_no_db).items()}
         return _TOOLS[key]
 
     def facade(self, db: Database, task: Task | None = None) -> ToolFacade:

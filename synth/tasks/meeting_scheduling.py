@@ -80,7 +80,12 @@ def build_meeting_database(path: Path, rng: np.random.Generator) -> None:
         for r in [ROOMS[int(i)] for i in rng.choice(len(ROOMS), size=4, replace=False)]:
             conn.execute(
                 "INSERT INTO rooms VALUES (?,?,?,?)",
-                (r, int(rng.choice([2, 4, 6, 10])), int(rng.integers(1, 5)), int(rng.random() < 0.5)),
+                (
+                    r,
+                    int(rng.choice([2, 4, 6, 10])),
+                    int(rng.integers(1, 5)),
+                    int(rng.random() < 0.5),
+                ),
             )
             conn.executemany(
                 "INSERT INTO room_bookings VALUES (?,?,?)",
@@ -274,7 +279,9 @@ class MeetingScheduling(Category):
         people = [r["name"] for r in db.query("SELECT name FROM people ORDER BY name")]
         size = int(rng.integers(2, 5))
         attendees = sorted(people[int(i)] for i in rng.choice(len(people), size, replace=False))
-        topic = next(t for t in (TOPICS[int(i)] for i in rng.permutation(len(TOPICS))) if t not in taken)
+        topic = next(
+            t for t in (TOPICS[int(i)] for i in rng.permutation(len(TOPICS))) if t not in taken
+        )
         return {"name": topic, "attendees": attendees}
 
     def propose(self, db: Database, rng: np.random.Generator) -> Task:

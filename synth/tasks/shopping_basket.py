@@ -65,7 +65,11 @@ def build_shop_database(path: Path, rng: np.random.Generator) -> None:
         for s in STORES:
             conn.execute(
                 "INSERT INTO stores VALUES (?,?,?)",
-                (s, f"{int(rng.integers(1, 99))} Market Street", round(float(rng.uniform(0, 5)), 2)),
+                (
+                    s,
+                    f"{int(rng.integers(1, 99))} Market Street",
+                    round(float(rng.uniform(0, 5)), 2),
+                ),
             )
         for category, kinds in CATEGORIES.items():
             picks = rng.choice(len(kinds), size=int(rng.integers(4, len(kinds) + 1)), replace=False)
@@ -109,7 +113,9 @@ def shop_functions(
 
     def get_all_categories() -> list[str]:
         """List the product categories of the shop."""
-        return [r["category"] for r in db().query("SELECT DISTINCT category FROM products ORDER BY 1")]
+        return [
+            r["category"] for r in db().query("SELECT DISTINCT category FROM products ORDER BY 1")
+        ]
 
     def get_products_by_category(category: str) -> list[str]:
         """List the products of a category.
@@ -254,12 +260,16 @@ class ShoppingBasket(Category):
             candidates.append((s, rule_text(rule)))
 
         if "diet" not in kinds:
-            with_rule({"type": "diet", "tag": ["vegan", "gluten_free", "nut_free"][int(rng.integers(3))]})
+            with_rule(
+                {"type": "diet", "tag": ["vegan", "gluten_free", "nut_free"][int(rng.integers(3))]}
+            )
         per = len(spec["categories"])
         protein = next((r["value"] for r in spec["rules"] if r["type"] == "min_protein"), None)
         with_rule({"type": "min_protein", "value": int(protein + 8 if protein else 6 * per)})
         calories = next((r["value"] for r in spec["rules"] if r["type"] == "max_calories"), None)
-        with_rule({"type": "max_calories", "value": int(calories * 0.85 if calories else 320 * per)})
+        with_rule(
+            {"type": "max_calories", "value": int(calories * 0.85 if calories else 320 * per)}
+        )
         stores = next((r["value"] for r in spec["rules"] if r["type"] == "max_stores"), None)
         if stores is None or stores > 1:
             with_rule({"type": "max_stores", "value": 2 if stores is None else stores - 1})
@@ -314,9 +324,7 @@ class ShoppingBasket(Category):
 
     def _options(self, db: Database, spec: dict[str, Any]) -> list[list[dict[str, Any]]]:
         products = db.cached("products", lambda: _products(db))
-        return [
-            [p for p in products.values() if p["category"] == c] for c in spec["categories"]
-        ]
+        return [[p for p in products.values() if p["category"] == c] for c in spec["categories"]]
 
     def count_solutions(self, db: Database, task: Task) -> int:
         """Exact count by enumerating every basket of one product per category."""

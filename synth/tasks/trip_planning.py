@@ -226,7 +226,12 @@ _INFO_COLUMNS = {
     "restaurants": ["city", "cuisine", "price", "rating", "opening_hours"],
     "attractions": ["city", "kind", "ticket", "rating", "duration_hours"],
 }
-_KIND = {"cities": "city", "hotels": "hotel", "restaurants": "restaurant", "attractions": "attraction"}
+_KIND = {
+    "cities": "city",
+    "hotels": "hotel",
+    "restaurants": "restaurant",
+    "attractions": "attraction",
+}
 
 
 def _keywords(info_keywords: list[str] | str) -> list[str]:
@@ -453,7 +458,9 @@ def _snapshot(db: Database) -> dict[str, Any]:
         "hotels": by_name("hotels"),
         "restaurants": by_name("restaurants"),
         "attractions": by_name("attractions"),
-        "weather": {(r["city"], r["date"]): r["condition"] for r in db.query("SELECT * FROM weather")},
+        "weather": {
+            (r["city"], r["date"]): r["condition"] for r in db.query("SELECT * FROM weather")
+        },
         "legs": legs,
     }
 
@@ -481,9 +488,11 @@ def rule_text(rule: dict[str, Any], n_days: int) -> str:
             if "max_ticket" in t:
                 need.append(f"the afternoon ticket costs under {t['max_ticket']}")
             parts.append(f"if the hotel costs >= {t['min_price']}/night: " + ", ".join(need))
-        return f"tier_rules: on {which}, depending on that day's hotel price: " + "; ".join(
-            parts
-        ) + " (the highest tier that applies counts; cheaper hotels have no extra rule)."
+        return (
+            f"tier_rules: on {which}, depending on that day's hotel price: "
+            + "; ".join(parts)
+            + " (the highest tier that applies counts; cheaper hotels have no extra rule)."
+        )
     if kind == "weather":
         return "weather: no outdoor attraction on a day when it rains in that day's city."
     if kind == "transport":
@@ -631,7 +640,9 @@ class TripPlanning(Category):
         steps: list[tuple[str, dict]] = []
         if "tier_rules" not in kinds:
             # the published example comes first
-            return [("tier_rules", {"type": "tier_rules", "days": [2], "tiers": rules.DEFAULT_TIERS})]
+            return [
+                ("tier_rules", {"type": "tier_rules", "days": [2], "tiers": rules.DEFAULT_TIERS})
+            ]
         if "weather" not in kinds:
             steps.append(("weather", {"type": "weather"}))
         if "transport" not in kinds:
@@ -703,13 +714,17 @@ class TripPlanning(Category):
         if isinstance(plan, dict):
             plan = plan.get("plan", plan.get("days"))
         if error or not isinstance(plan, list):
-            return Verdict.from_violations([f"format: {error or 'the plan must be a JSON list'}"], ids)
+            return Verdict.from_violations(
+                [f"format: {error or 'the plan must be a JSON list'}"], ids
+            )
         snap = db.cached("snapshot", lambda: _snapshot(db))
         spec = task.spec
         out: list[str] = []
         if len(plan) != spec["n_days"]:
             out.append(f"n_days: the plan has {len(plan)} days, expected {spec['n_days']}")
-        seen: dict[str, dict[str, int]] = {k: {} for k in ("city", "hotel", "attraction", "restaurant")}
+        seen: dict[str, dict[str, int]] = {
+            k: {} for k in ("city", "hotel", "attraction", "restaurant")
+        }
         prev_city: str | None = None
         for i, day in enumerate(plan[: spec["n_days"]]):
             n = i + 1
@@ -721,7 +736,9 @@ class TripPlanning(Category):
                 out.append(f"format: day {n} lacks (or has non-text) {missing}")
                 continue
             if day["time"] != spec["dates"][i]:
-                out.append(f"n_days: day {n}'s time is {day['time']!r}, expected {spec['dates'][i]}")
+                out.append(
+                    f"n_days: day {n}'s time is {day['time']!r}, expected {spec['dates'][i]}"
+                )
             city = day["city"]
             if city not in snap["cities"]:
                 out.append(f"unknown_item: day {n}: no city named {city!r}")
@@ -764,7 +781,9 @@ class TripPlanning(Category):
                     )
                 seen["restaurant"].setdefault(name, n)
             if prev_city is not None and prev_city != city:
-                out += rules.leg_violations(spec, n, prev_city, city, snap["legs"].get((prev_city, city), []))
+                out += rules.leg_violations(
+                    spec, n, prev_city, city, snap["legs"].get((prev_city, city), [])
+                )
             prev_city = city
             if ok:
                 facts["weather"] = snap["weather"].get((city, spec["dates"][i]), "sunny")
