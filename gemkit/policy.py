@@ -9,6 +9,19 @@ import numpy as np
 
 Observation = str | list[dict[str, Any]]
 
+#: Spawn key of a policy's random stream. An env seeded with `s` draws from
+#: `SeedSequence(s)`; a policy seeded with the same `s` draws from this child of it, so a
+#: baseline given the episode's seed can never replay the env's draws (the secret word,
+#: code or number).
+POLICY_STREAM = (0x706F6C6963,)  # "polic"
+
+
+def policy_rng(seed: int | None = None) -> np.random.Generator:
+    """A policy's own generator: for the same seed, independent of every env's `np_random`."""
+    return np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence(seed, spawn_key=POLICY_STREAM))
+    )
+
 
 @runtime_checkable
 class Policy(Protocol):
@@ -70,13 +83,17 @@ class ScriptedPolicy(SyncPolicy):
 
 
 class RandomPolicy(SyncPolicy):
-    """Plays uniformly random well-formed moves from `sampler(rng)`, else a boxed number 1-100."""
+    """Plays uniformly random well-formed moves from `sampler(rng)`, else a boxed number 1-100.
+
+    A baseline: it sees only the observation, and its generator (`policy_rng(seed)`) shares
+    no draws with an env reset with the same seed.
+    """
 
     def __init__(
         self, sampler: Callable[[np.random.Generator], str] | None = None, seed: int | None = None
     ):
         self.sampler = sampler
-        self.rng = np.random.default_rng(seed)
+        self.rng = policy_rng(seed)
 
     def choose(self, observation: str) -> str:
         """Return a random action."""
