@@ -1,8 +1,10 @@
 """Code tasks: write a Python program; it runs in the sandbox against the task's tests.
 
 A problem is `{"question": str, "tests": [...]}` where each test is either a Python statement
-(usually an `assert`) run after the solution, or `{"input": str, "output": str}`: the program
-reads the input on stdin and must print the output. Reward is the fraction of tests passed.
+(usually an `assert`) checked against the solution, or `{"input": str, "output": str}`: the
+program reads the input on stdin and must print the output. Reward is the fraction of tests
+passed. A statement test is judged in a separate grader process that only ever sees the
+program's answers as plain data (`statements.py`); printed output is compared on the host.
 """
 
 from __future__ import annotations
@@ -10,19 +12,25 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gemkit.core import Env, ResetResult, StepResult
+from gemkit.envs.code import statements
+from gemkit.envs.code.probes import TestShapeError, validate_test
+from gemkit.envs.code.statements import Failure, Grading
 from gemkit.errors import GemkitError
 from gemkit.parsing import extract_boxed
 from gemkit.policy import SyncPolicy
-from gemkit.sandbox import ExecResult, shared_sandbox
+from gemkit.sandbox import ExecResult, Sandbox, shared_sandbox
 
 BUILTIN_PATH = Path(__file__).with_name("data") / "builtin.jsonl"
 FORMAT = "a ```python code block holding your complete solution"
 _FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)
+#: threads that wait on the sandbox for `step` (the calls of one step run at once)
+_WAITERS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="gemkit-code")
 
 
 class CodeTaskError(GemkitError):
@@ -58,7 +66,13 @@ def parse_problem(record: Any, where: str = "record") -> Problem:
     if not isinstance(tests, list) or not tests:
         raise CodeTaskError(f"{where}: 'tests' must be a non-empty list; {expected}")
     if all(isinstance(t, str) for t in tests):
-        pass
+        for j, test in enumerate(tests):
+            try:
+                validate_test(test)
+            except TestShapeError as e:
+                raise CodeTaskError(
+                    f"{where}: test {j} ({test[:80]!r}) cannot be checked: {e}"
+                ) from None
     elif all(
         isinstance(t, dict) and isinstance(t.get("input"), str) and isinstance(t.get("output"), str)
         for t in tests
@@ -109,22 +123,24 @@ def normalize_output(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.strip("\n").splitlines()).rstrip()
 
 
-def _test_failure(test: Any, result: ExecResult) -> str | None:
-    """None if the test passed, else a short description of the failure."""
-    if isinstance(test, dict):
-        if not result.ok:
-            return result.exception or f"exit status {result.exit_code}"
-        if normalize_output(result.stdout) != normalize_output(test["output"]):
-            return (
-                f"input {test['input']!r}: expected output {test['output']!r}, "
-                f"got {result.stdout[:200]!r}"
-            )
+def _io_failure(index: int, test: dict[str, str], result: ExecResult) -> Failure | None:
+    """None if the printed output matches, else the failure (the expected output is not
+    part of what the model is shown)."""
+    if not result.ok:
+        reason = result.exception or f"exit status {result.exit_code}"
+        return Failure(reason, f"test {index + 1}, input {test['input'][:200]!r}: {reason}")
+    if normalize_output(result.stdout) == normalize_output(test["output"]):
         return None
-    if result.finished:
-        return None
-    if result.ok:  # exit status 0, but the test never ran: the code exited before it
-        return f"{test}: the code exited before the test ran (sys.exit or os._exit)"
-    return f"{test}: {result.exception or f'exit status {result.exit_code}'}"
+    got = result.stdout[:200]
+    return Failure(
+        f"input {test['input']!r}: expected output {test['output']!r}, got {got!r}",
+        f"test {index + 1}, input {test['input'][:200]!r}: your program printed {got!r}, "
+        "which is not the expected output",
+    )
+
+
+def _io_failures(tests: tuple[Any, ...], results: list[ExecResult]) -> list[Failure | None]:
+    return [_io_failure(i, t, r) for i, (t, r) in enumerate(zip(tests, results, strict=True))]
 
 
 class CodeEnv(Env):
@@ -161,7 +177,8 @@ class CodeEnv(Env):
             "backend": backend,
             "timeout": self.timeout,
             "memory_mb": memory_mb,
-            "max_output": 10_000,
+            # room for a test's record of answers (and the program's own output)
+            "max_output": statements.MAX_OUTPUT,
         }
         self.problem: Problem | None = None
         self.attempts = 0
@@ -220,57 +237,76 @@ class CodeEnv(Env):
             return None, (obs, 0.0, last, False, info)
         return code, None
 
-    def _programs(self, code: str) -> list[tuple[str, str | None]]:
-        assert self.problem is not None
-        if self.problem.io_style:
-            return [(code, t["input"]) for t in self.problem.tests]
-        return [(f"{code}\n\n{test}\n", None) for test in self.problem.tests]
-
-    def _score(self, results: list[ExecResult]) -> StepResult:
+    def _score(self, failures: list[Failure | None]) -> StepResult:
         assert self.problem is not None
         self.attempts += 1
-        failures = [_test_failure(t, r) for t, r in zip(self.problem.tests, results, strict=True)]
         total = len(failures)
         passed = sum(f is None for f in failures)
         success = passed == total
         last = success or self.attempts >= self.max_attempts
         self.done = last
-        first = next((f for f in failures if f is not None), None)
+        first = next((i for i, f in enumerate(failures) if f is not None), None)
         info: dict[str, Any] = {"passed": passed, "total": total, "attempt": self.attempts}
-        if first is not None:
-            info["error"] = first
         if last:
             info["success"] = success
-        if success:
-            obs = f"All {total} tests passed."
-        else:
-            obs = f"{passed}/{total} tests passed. First failure: {first}"
-            if not last:
-                obs += f"\n\nFix the code and answer again with {FORMAT}."
+        if first is None:
+            return f"All {total} tests passed.", 1.0, last, False, info
+        failure = failures[first]
+        assert failure is not None
+        info["error"] = failure.error
+        obs = f"{passed}/{total} tests passed. First failure: {self._shown(first, failure)}"
+        if not last:
+            obs += f"\n\nFix the code and answer again with {FORMAT}."
         return obs, passed / total, last, False, info
+
+    def _shown(self, index: int, failure: Failure) -> str:
+        """The failure as the model sees it: the prompt's example test in full; for the
+        others, what went wrong but no expected value (else later attempts could copy it)."""
+        assert self.problem is not None
+        if self.problem.io_style:
+            text = failure.public
+        elif index == 0:  # shown in the prompt already
+            text = failure.error
+        else:
+            text = f"test {index + 1}: {failure.public}"
+        return f"{text} ({failure.detail})" if failure.detail else text
+
+    def _sandbox(self) -> Sandbox:
+        return shared_sandbox(**self._sandbox_options)
 
     def step(self, action: str) -> StepResult:
         """Run the code in `action` against every test; reward = fraction passed."""
         code, early = self._check_action(action)
         if early is not None:
             return early
-        assert code is not None
-        sb = shared_sandbox(**self._sandbox_options)
-        runs = self._programs(code)
-        results = list(sb._executor.map(lambda prog: sb.run_sync(prog[0], stdin=prog[1]), runs))
-        return self._score(results)
+        assert code is not None and self.problem is not None
+        sb = self._sandbox()
+        if self.problem.io_style:
+            tests = self.problem.tests
+            results = list(_WAITERS.map(lambda t: sb.run_sync(code, stdin=t["input"]), tests))
+            return self._score(_io_failures(tests, results))
+        grading = Grading(self.problem.tests, code)
+        grading.answered(list(_WAITERS.map(sb.run_sync, grading.programs)))
+        if grading.grader is not None:
+            grading.judged(sb.run_sync(grading.grader, stdin=grading.stdin))
+        return self._score(grading.failures())
 
     async def astep(self, action: str) -> StepResult:
         """Async twin of `step`: the tests run concurrently on the sandbox pool."""
         code, early = self._check_action(action)
         if early is not None:
             return early
-        assert code is not None
-        sb = shared_sandbox(**self._sandbox_options)
-        results = await asyncio.gather(
-            *(sb.run(prog, stdin=stdin) for prog, stdin in self._programs(code))
-        )
-        return self._score(list(results))
+        assert code is not None and self.problem is not None
+        sb = self._sandbox()
+        if self.problem.io_style:
+            tests = self.problem.tests
+            results = await asyncio.gather(*(sb.run(code, stdin=t["input"]) for t in tests))
+            return self._score(_io_failures(tests, list(results)))
+        grading = Grading(self.problem.tests, code)
+        grading.answered(list(await asyncio.gather(*(sb.run(p) for p in grading.programs))))
+        if grading.grader is not None:
+            grading.judged(await sb.run(grading.grader, stdin=grading.stdin))
+        return self._score(grading.failures())
 
     def render(self) -> str | None:
         """The current problem statement."""

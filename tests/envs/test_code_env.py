@@ -156,3 +156,142 @@ def test_malformed_problem_files_name_the_line_and_the_expected_record(tmp_path,
     with pytest.raises(CodeTaskError, match=message) as err:
         gemkit.make("code:Jsonl-v0", path=str(path))
     assert "bad.jsonl:1" in str(err.value)
+
+
+# -- statement tests judged by the grader: shapes a correct answer must pass ------------------
+
+SHAPES = [
+    (  # a class with state, checked through its methods, len() and str()
+        "s = Stack()\ns.push(1)\ns.push(2)\nassert s.pop() == 2\nassert len(s) == 1 and str(s) == '[1]'",
+        "class Stack:\n    def __init__(self):\n        self.items = []\n"
+        "    def push(self, x):\n        self.items.append(x)\n"
+        "    def pop(self):\n        return self.items.pop()\n"
+        "    def __len__(self):\n        return len(self.items)\n"
+        "    def __str__(self):\n        return str(self.items)",
+        "class Stack:\n    def __init__(self):\n        self.items = []\n"
+        "    def push(self, x):\n        self.items.insert(0, x)\n"
+        "    def pop(self):\n        return self.items.pop()\n"
+        "    def __len__(self):\n        return 1\n"
+        "    def __str__(self):\n        return str(self.items)",
+    ),
+    (
+        "assert Solution().two_sum([2, 7, 11], 9) == [0, 1]",
+        "class Solution:\n    def two_sum(self, nums, t):\n        return [0, 1]",
+        "class Solution:\n    def two_sum(self, nums, t):\n        return (0, 1)",  # a tuple is not a list
+    ),
+    ("assert pair() == (1, 2)", "def pair():\n    return (1, 2)", "def pair():\n    return [1, 2]"),
+    (
+        "assert evens({1, 2, 4}) == {2, 4}",
+        "def evens(s):\n    return {x for x in s if x % 2 == 0}",
+        "def evens(s):\n    return [2, 4]",
+    ),
+    (
+        "assert counts('aab') == {'a': 2, 'b': 1}",
+        "def counts(s):\n    return {c: s.count(c) for c in s}",
+        "def counts(s):\n    return {'a': 2}",
+    ),
+    (
+        "import math\nassert abs(mean([0.1, 0.2]) - 0.15) < 1e-9\nassert math.isclose(mean([1, 2]), 1.5)",
+        "def mean(xs):\n    return sum(xs) / len(xs)",
+        "def mean(xs):\n    return 0.15",
+    ),
+    (
+        "assert is_even(2) is True",
+        "def is_even(n):\n    return n % 2 == 0",
+        "def is_even(n):\n    return 1",
+    ),  # 1 == True, but it is not True
+    (  # an expected exception, raised as a subclass of the builtin one
+        "try:\n    root(-1)\nexcept ValueError as e:\n    assert 'negative' in str(e)\n"
+        "else:\n    raise AssertionError('root(-1) did not raise')",
+        "class Negative(ValueError):\n    pass\n"
+        "def root(n):\n    if n < 0:\n        raise Negative('negative input')\n    return int(n ** 0.5)",
+        "def root(n):\n    return 0",
+    ),
+    (
+        "assert list(squares(3)) == [0, 1, 4]\nit = squares(2)\nassert next(it) == 0 and next(it) == 1",
+        "def squares(n):\n    for i in range(n):\n        yield i * i",
+        "def squares(n):\n    yield from [0, 1, 5]",
+    ),
+    (  # a generator that ends: the test catches its StopIteration
+        "it = countdown(1)\nassert next(it) == 1\ntry:\n    next(it)\nexcept StopIteration:\n    pass\n"
+        "else:\n    raise AssertionError('it goes on')",
+        "def countdown(n):\n    while n > 0:\n        yield n\n        n -= 1",
+        "def countdown(n):\n    while True:\n        yield n",
+    ),
+    (  # HumanEval's shape: a check function handed the candidate
+        "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(-1, 1) == 0\ncheck(add)",
+        "def add(a, b):\n    return a + b",
+        "def add(a, b):\n    return 3",
+    ),
+    (  # a loop of cases with its own failure message
+        "for x, want in [(1, 2), (5, 10)]:\n    got = double(x)\n"
+        "    if got != want:\n        raise AssertionError(f'double({x}) = {got}, not {want}')",
+        "def double(x):\n    return 2 * x",
+        "def double(x):\n    return 2 if x == 1 else 11",
+    ),
+    (  # needs the outcome of a check to go on: the program's process runs the whole test
+        "n = 0\nwhile step(n) != 0:\n    n = step(n)\nassert n == 0",
+        "def step(n):\n    return 0",
+        "def step(n):\n    return n + 1 if n < 3 else 0",
+    ),
+    (
+        "assert sorted([3, 1, 2]) == [1, 2, 3]",  # the task asks for a function named like a builtin
+        "def sorted(xs):\n    out = list(xs)\n    out.sort()\n    return out",
+        "def sorted(xs):\n    return xs",
+    ),
+    (
+        "assert blob() == b'\\x00\\xff' and nothing() is None",
+        "def blob():\n    return bytes([0, 255])\ndef nothing():\n    print('side effect')",
+        "def blob():\n    return '\\x00\\xff'\ndef nothing():\n    return None",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "test, right, wrong", SHAPES, ids=[s[0].split("\n")[-1][:40] for s in SHAPES]
+)
+def test_a_right_answer_passes_and_a_wrong_one_fails(test, right, wrong):
+    env = gemkit.make("code:Jsonl-v0", problems=[{"question": "q", "tests": [test]}], timeout=10)
+    env.reset(options={"index": 0})
+    _, reward, _, _, info = env.step(fenced(right))
+    assert reward == 1.0, info
+    env.reset(options={"index": 0})
+    _, reward, _, _, info = env.step(fenced(wrong))
+    assert reward == 0.0 and info["error"].startswith(test), info
+
+
+def test_every_builtin_test_hides_its_expected_values_from_the_program():
+    from gemkit.envs.code.probes import split_test
+
+    env = gemkit.make("code:Builtin-v0")
+    statement_tests = [t for p in env.problems if not p.io_style for t in p.tests]
+    assert statement_tests and all(split_test(t).blind for t in statement_tests)
+
+
+def test_feedback_on_a_hidden_test_says_what_the_program_answered():
+    env = gemkit.make("code:Jsonl-v0", problems=[ADD], max_attempts=2, timeout=10)
+    env.reset(options={"index": 0})
+    obs, _, _, _, info = env.step(fenced("def add(a, b):\n    return 3"))
+    assert "test 2: AssertionError (add(2, 2) returned 3)" in obs and "== 4" not in obs
+    assert info["error"] == "assert add(2, 2) == 4: AssertionError"  # in full, for the user
+
+
+def test_printed_output_feedback_hides_the_expected_output(env):
+    env.reset(options={"index": 1})
+    obs = env.step(fenced("print(7)"))[0]
+    assert "test 1, input '2\\n': your program printed '7\\n'" in obs and "'4" not in obs
+
+
+@pytest.mark.parametrize(
+    "test, message",
+    [
+        ("assert True", "checks nothing"),
+        ("assert (y := f(1)) == 2", "walrus"),
+        ("s = Stack()\ns.items = []", "changes a program object"),
+        ("assert f(1) ==", "not valid Python"),
+    ],
+)
+def test_a_test_that_cannot_be_checked_is_refused_when_the_problems_load(test, message):
+    with pytest.raises(CodeTaskError, match=message) as err:
+        gemkit.make("code:Jsonl-v0", problems=[{"question": "q", "tests": [test]}])
+    assert "problems[0]: test 0" in str(err.value)
