@@ -85,11 +85,12 @@ def _defines(node: ast.stmt) -> set[str]:
 def program_source(code: str, test: SplitTest) -> str:
     """The candidate's code, then the program half of `test` run by the recorder."""
     recorder, _ = _runtime_code()
-    # one expression statement: the candidate's namespace gains only `__probe__`
+    # one expression statement: the candidate's namespace gains only `__probe__`, and the
+    # builtins it uses come from the module (the code may have its own `bytes` or `exec`)
     launch = (
-        '(lambda ns: (exec(__import__("marshal").loads(bytes.fromhex('
-        f'"{recorder}")), ns), ns["record"]({test.program!r}, globals())))'
-        '({"__name__": "__gemkit_check__"})'
+        "(lambda b, ns: (b.exec(b.__import__('marshal').loads(b.bytes.fromhex("
+        f"'{recorder}')), ns), ns['record']({test.program!r}, b.globals())))"
+        "(__import__('builtins'), {'__name__': '__gemkit_check__'})"
     )
     return f"{code}\n\n{launch}\n"
 

@@ -295,3 +295,9 @@ def test_a_test_that_cannot_be_checked_is_refused_when_the_problems_load(test, m
     with pytest.raises(CodeTaskError, match=message) as err:
         gemkit.make("code:Jsonl-v0", problems=[{"question": "q", "tests": [test]}])
     assert "problems[0]: test 0" in str(err.value)
+
+
+def test_code_that_rebinds_common_builtin_names_is_still_checked(env):
+    env.reset(options={"index": 0})
+    code = "def add(a, b):\n    return a + b\nbytes = exec = globals = compile = 0\nprint('hi')"
+    assert env.step(fenced(code))[1] == 1.0
