@@ -9,8 +9,8 @@ from typing import Any
 
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.math.records import RecordsError, RecordSet, load_records, pick_index
-from gemkit.envs.qa.metrics import METRICS, best_score, exact_match, f1_score
-from gemkit.parsing import extract_answer
+from gemkit.envs.math.replies import MAX_ANSWERS, read_reply
+from gemkit.envs.qa.metrics import METRICS, best_score, comparable, exact_match, f1_score
 
 DATA = Path(__file__).parent / "data"
 BUILTIN_PATH = DATA / "builtin.jsonl"
@@ -18,12 +18,16 @@ CORPUS_PATH = DATA / "corpus.jsonl"
 ANSWER_FORMAT = (
     "Answer with a short phrase inside \\boxed{} or <answer></answer>, e.g. \\boxed{Paris}."
 )
+
+
 class QAEnv(Env):
     """A single-turn question-answering task; reward by `"em"` (default) or `"f1"`.
 
     Records are `{question, answer, aliases}`; the score is the best over the answer and its
-    aliases, after SQuAD normalisation. `corpus_path` names the documents that hold the answers
-    (if any), so a search tool wrapped around the env can index them.
+    aliases, after SQuAD normalisation (see `gemkit.envs.qa.metrics`). A reply may repeat its
+    answer, but answers that differ, or a "final answer: ..." after the last one that differs,
+    score 0 (`info["hedged"]`). `corpus_path` names the documents that hold the answers (if
+    any), so a search tool wrapped around the env can index them.
     """
 
     def __init__(
@@ -37,6 +41,7 @@ class QAEnv(Env):
             raise ValueError(f"reward must be one of {sorted(METRICS)}, got {reward!r}")
         if not isinstance(records, RecordSet):
             records = RecordSet(records)  # read-only and shared by clones
+        _check_golds(records)
         self.records = records
         self.reward = reward
         self.corpus_path = None if corpus_path is None else str(corpus_path)
@@ -70,11 +75,17 @@ class QAEnv(Env):
             return "The episode is over; call reset() for a new question.", 0.0, True, False, info
         self.done = True
         golds = self.golds()
-        parsed = extract_answer(action) if isinstance(action, str) else None
+        reply = read_reply(action) if isinstance(action, str) else None
+        parsed = reply.answers[-1] if reply and reply.answers else None
         info: dict[str, Any] = {"answer": golds[0], "aliases": golds[1:], "parsed": parsed}
         if not parsed:
             info.update(success=False, invalid=True, em=0.0, f1=0.0)
             return f"No answer found. {ANSWER_FORMAT}", 0.0, True, False, info
+        assert reply is not None
+        problem = _hedge(reply.answers, reply.too_many, reply.stated_after())
+        if problem:
+            info.update(success=False, hedged=True, em=0.0, f1=0.0)
+            return f"Incorrect: {problem}", 0.0, True, False, info
         em, f1 = best_score(exact_match, parsed, golds), best_score(f1_score, parsed, golds)
         info.update(success=em == 1.0, em=em, f1=f1)
         reward = em if self.reward == "em" else f1
@@ -83,6 +94,31 @@ class QAEnv(Env):
     def render(self) -> str | None:
         """The current question."""
         return None if self.record is None else str(self.record["question"])
+
+
+def _hedge(answers: list[str], too_many: bool, stated: str | None) -> str | None:
+    """Why a reply's answers do not make one answer, or None when they do."""
+    if too_many:
+        return f"more than {MAX_ANSWERS} answers; give one final answer."
+    last = answers[-1]
+    if any(exact_match(a, last) != 1.0 for a in answers[:-1]):
+        return "the reply gives different answers; give exactly one final answer."
+    if stated and exact_match(stated, last) != 1.0:
+        return "the text after the answer states a different final answer; give exactly one."
+    return None
+
+
+def _check_golds(records: Sequence[dict[str, Any]]) -> None:
+    """Refuse a gold answer or alias that keeps no letter or digit (any reply would match it)."""
+    for n, record in enumerate(records, 1):
+        aliases = record.get("aliases") or []
+        for gold in [record["answer"], *([aliases] if isinstance(aliases, str) else aliases)]:
+            if not comparable(str(gold)):
+                source = getattr(records, "source", "") or "the records"
+                raise RecordsError(
+                    f"{source}, record {n}: the answer or alias {str(gold)!r} has no letter or "
+                    "digit to compare a reply with; fix it or drop the record"
+                )
 
 
 def builtin(**kwargs: Any) -> QAEnv:

@@ -11,7 +11,7 @@ from gymnasium.utils.env_checker import check_env
 
 import gemkit
 from gemkit.envs.math.records import RecordsError
-from gemkit.envs.qa.env import extract_answer
+from gemkit.envs.math.replies import read_reply
 from gemkit.envs.qa.metrics import best_score, exact_match, f1_score, normalize_answer
 
 QA_IDS = ["qa:Builtin-v0"]
@@ -26,10 +26,15 @@ QA_IDS = ["qa:Builtin-v0"]
         ("Grey-Heron", "Grey Heron", 0.0, 0.0),  # punctuation is dropped, not split on
         ("Ysolde", "Ysolde Marrach", 0.0, 2 / 3),
         ("Marrach Ysolde", "Ysolde Marrach", 0.0, 1.0),  # F1 ignores order
-        ("the city of Orlent", "Orlent", 0.0, 0.5),
+        ("Ysolde Marrach Tewe", "Ysolde Marrach", 0.0, 0.8),  # 2 of 3 tokens are gold
+        ("the city of Orlent", "Orlent", 0.0, 0.0),  # 1 of 3 tokens: padding earns nothing
         ("London", "Paris", 0.0, 0.0),
         ("", "Paris", 0.0, 0.0),
-        ("the", "a", 1.0, 1.0),  # both normalise to nothing
+        ("A", "A", 1.0, 1.0),  # a multiple-choice letter keeps its article-like letter
+        ("the", "a", 0.0, 0.0),  # SQuAD would empty both and call them equal
+        ("Ｐａｒｉｓ", "Paris", 1.0, 1.0),  # fullwidth letters
+        ("Zürich", "Zurich", 1.0, 1.0),  # accents
+        ("2,306", "2306", 1.0, 1.0),
     ],
 )
 def test_exact_match_and_f1(pred, gold, em, f1):
@@ -51,17 +56,29 @@ def test_best_score_takes_the_best_alias():
 
 
 @pytest.mark.parametrize(
-    "text, answer",
+    "text, answers",
     [
-        ("\\boxed{Orlent}", "Orlent"),
-        ("<answer> Orlent </answer>", "Orlent"),
-        ("<answer>Tamsk</answer> no wait \\boxed{Orlent}", "Orlent"),
-        ("\\boxed{Tamsk} no wait <ANSWER>Orlent</ANSWER>", "Orlent"),
-        ("Orlent", None),
+        ("\\boxed{Orlent}", ["Orlent"]),
+        ("<answer> Orlent </answer>", ["Orlent"]),
+        ("<answer>Tamsk</answer> no wait \\boxed{Orlent}", ["Tamsk", "Orlent"]),
+        ("\\boxed{Tamsk} no wait <ANSWER>Orlent</ANSWER>", ["Tamsk", "Orlent"]),
+        ("<answer>\\boxed{Orlent}</answer>", ["Orlent"]),  # one answer, not two
+        ("Orlent", []),
     ],
 )
-def test_answer_extraction_takes_the_last_box_or_tag(text, answer):
-    assert extract_answer(text) == answer
+def test_a_reply_states_every_box_and_tag_in_order(text, answers):
+    assert read_reply(text).answers == answers
+
+
+def test_a_repeated_answer_counts_once_a_changed_one_scores_nothing():
+    env = gemkit.make("qa:Builtin-v0")
+    env.reset(options={"index": 2})
+    obs, reward, _, _, info = env.step("<answer>Marrach</answer> so: \\boxed{marrach}")
+    assert reward == 1.0 and info["success"]
+    env.reset(options={"index": 2})
+    obs, reward, _, _, info = env.step("<answer>Tewe</answer> no wait <answer>Marrach</answer>")
+    assert (reward, info["success"], info["hedged"]) == (0.0, False, True)
+    assert "different answers" in obs
 
 
 @pytest.mark.parametrize("env_id", QA_IDS)
