@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.math.arithmetic import ArithmeticProblems
-from gemkit.envs.math.grading import Backend, grade
+from gemkit.envs.math.grading import Backend, agrade, grade, normalize
 from gemkit.envs.math.records import RecordsError, RecordSet, load_records, pick_index
-from gemkit.parsing import extract_boxed
+from gemkit.envs.math.replies import MAX_ANSWERS, plain_text, read_reply
 
 BUILTIN_PATH = Path(__file__).parent / "data" / "builtin.jsonl"
 ANSWER_FORMAT = "Put your final answer inside \\boxed{}, e.g. \\boxed{42}."
+# the value a "final answer ..." sentence starts with: $...$, \(...\) or a number
+_STATED_VALUE = re.compile(r"(\$[^$]+\$|\\\(.+?\\\)|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)")
 
 
 class MathEnv(Env):
@@ -23,6 +26,9 @@ class MathEnv(Env):
     `problems` is any sequence of `{question, answer}` dicts (a `RecordSet`, an endless
     `ArithmeticProblems`, a list). Each reset draws one with `self.np_random`, or takes
     `options={"index": i}`. Reward 1 for an answer equivalent to the gold one, else 0.
+    A reply may repeat its answer in several boxes, but boxes that differ, or a "final answer:
+    ..." after the last box that differs, score 0 (`info["hedged"]`). `astep` runs slow
+    symbolic checks off the event loop.
     Wrapped with tools (`gemkit.make(id, tools=["python"])`) it becomes a multi-turn task.
     """
 
@@ -31,6 +37,8 @@ class MathEnv(Env):
             raise RecordsError("MathEnv needs at least one problem")
         if not isinstance(problems, (RecordSet, ArithmeticProblems)):
             problems = RecordSet(problems)  # read-only and shared by clones
+        if isinstance(problems, RecordSet):
+            _check_golds(problems)
         self.problems = problems
         self.backend = backend
         self.problem: dict[str, Any] | None = None
@@ -49,15 +57,30 @@ class MathEnv(Env):
         return obs, {"index": self.index, "id": self.problem.get("id", str(self.index))}
 
     def step(self, action: str) -> StepResult:
-        """Grade the last `\\boxed{...}` in `action`; the episode ends either way."""
+        """Grade the `\\boxed{...}` answer in `action`; the episode ends either way."""
+        read = self._read(action)
+        if not isinstance(read, _Answer):
+            return read
+        return self._finish(read, grade(read.pred, read.gold, backend=self.backend))
+
+    async def astep(self, action: str) -> StepResult:
+        """`step` for event loops: a symbolic check runs in a thread, not on the loop."""
+        read = self._read(action)
+        if not isinstance(read, _Answer):
+            return read
+        return self._finish(read, await agrade(read.pred, read.gold, backend=self.backend))
+
+    def _read(self, action: str) -> StepResult | _Answer:
+        """The answer to grade, or the final step when there is none (or it hedges)."""
         if self.problem is None or self.done:
             info = {"success": False, "invalid": True}
             return "The episode is over; call reset() for a new problem.", 0.0, True, False, info
         self.done = True
         gold = str(self.problem["answer"])
-        parsed = extract_boxed(action) if isinstance(action, str) else None
+        reply = read_reply(action, tags=False) if isinstance(action, str) else None
+        parsed = reply.answers[-1] if reply and reply.answers else None
         info: dict[str, Any] = {"answer": gold, "parsed": parsed, "index": self.index}
-        if parsed is None or not parsed:
+        if not parsed:
             info.update(success=False, invalid=True)
             return (
                 f"No answer found. {ANSWER_FORMAT} The answer must be inside the braces.",
@@ -66,13 +89,53 @@ class MathEnv(Env):
                 False,
                 info,
             )
-        correct = grade(parsed, gold, backend=self.backend)
-        info["success"] = correct
-        return ("Correct." if correct else "Incorrect."), float(correct), True, False, info
+        assert reply is not None
+        problem = _hedge(reply.answers, reply.too_many, reply.stated_after())
+        if problem:
+            info.update(success=False, hedged=True)
+            return f"Incorrect: {problem}", 0.0, True, False, info
+        return _Answer(parsed, gold, info)
+
+    @staticmethod
+    def _finish(read: _Answer, correct: bool) -> StepResult:
+        read.info["success"] = correct
+        return ("Correct." if correct else "Incorrect."), float(correct), True, False, read.info
 
     def render(self) -> str | None:
         """The current question."""
         return None if self.problem is None else str(self.problem["question"])
+
+
+class _Answer(NamedTuple):
+    """A reply's one answer, waiting for its grade."""
+
+    pred: str
+    gold: str
+    info: dict[str, Any]
+
+
+def _hedge(answers: list[str], too_many: bool, stated: str | None) -> str | None:
+    """Why a reply's boxes do not make one answer, or None when they do."""
+    if too_many:
+        return f"more than {MAX_ANSWERS} boxed answers; give one final answer in one \\boxed{{}}."
+    last = answers[-1]
+    if any(not grade(a, last, backend="none") for a in answers[:-1]):
+        return "the reply boxes different answers; give exactly one final answer."
+    # prose after the box that names another number: "\\boxed{19} ... final answer 20"
+    value = _STATED_VALUE.match(stated or "")
+    if value and not grade(value[1], last, backend="none"):
+        return "the text after the box states a different final answer; give exactly one."
+    return None
+
+
+def _check_golds(problems: RecordSet) -> None:
+    """Refuse a gold answer that normalises to nothing (`""`, `$$`, `\\text{}`)."""
+    for n, problem in enumerate(problems, 1):
+        if not normalize(plain_text(str(problem["answer"]))):
+            raise RecordsError(
+                f"{problems.source or 'the problems'}, record {n}: the answer "
+                f"{str(problem['answer'])!r} is empty once normalised; fix it or drop the record"
+            )
 
 
 def builtin(**kwargs: Any) -> MathEnv:

@@ -78,8 +78,11 @@ def test_math_verify_finds_symbolic_equivalence(pred, gold):
 
 
 def test_symbolic_checks_have_a_hard_time_limit_in_any_thread(monkeypatch):
-    # expanding (x+y+z)^99 takes minutes: the check must give up and call it wrong
+    # expanding (x+y+z)^99 takes minutes: the check must give up and call it wrong (the
+    # guard that keeps such powers from the checkers is lifted, to reach the time limit)
     monkeypatch.setattr(grading, "SYMBOLIC_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(grading, "MAX_EXPANSION_TERMS", 10**9)
+    assert grading.grading_plan("(x+y+z)^{99}", "x+1") == [("(x+y+z)^{99}", "x+1")]
     assert not grade("(x+y+z)^{99}", "x+1")
     assert grade("(x+1)^2", "x^2+2x+1")  # the main thread's timer is off again
 
