@@ -31,7 +31,8 @@ DEFAULT_SET = {"n": 32, "world_size": 1500, "seed": 0, "min_inject": 3, "min_fuz
 def cache_dir() -> Path:
     """Where the default set lives: `$GEMKIT_CACHE_DIR/synth-qa` or ~/.cache/gemkit/synth-qa."""
     root = os.environ.get("GEMKIT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gemkit")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gemkit"
+    )
     return Path(root) / "synth-qa"
 
 
@@ -82,8 +83,14 @@ def load_synth_records(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any
                 continue
             try:
                 r = json.loads(line)
-                records.append({"id": r["id"], "question": r["question"], "answer": r["answer"],
-                                "aliases": list(r.get("answer_aliases") or [])})
+                records.append(
+                    {
+                        "id": r["id"],
+                        "question": r["question"],
+                        "answer": r["answer"],
+                        "aliases": list(r.get("answer_aliases") or []),
+                    }
+                )
             except (json.JSONDecodeError, KeyError, TypeError) as e:
                 if n > 1 and not line.endswith("\n"):
                     break  # a run still writing (or killed mid-line): its last line is torn
@@ -92,9 +99,16 @@ def load_synth_records(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any
     return records, corpus if corpus.is_file() else None
 
 
-def synth(path: str | os.PathLike[str] | None = None, *, corpus: str | os.PathLike[str] | None = None,
-          reward: str = "f1", tools: bool = True, topk: int = 3, max_tool_uses: int = 20,
-          **set_options: Any) -> Any:
+def synth(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    corpus: str | os.PathLike[str] | None = None,
+    reward: str = "f1",
+    tools: bool = True,
+    topk: int = 3,
+    max_tool_uses: int = 20,
+    **set_options: Any,
+) -> Any:
     """`qa:Synth-v0`: a QA env over a synthesized set, with search/access over its corpus."""
     from gemkit.envs.qa.env import QAEnv
 
@@ -108,7 +122,9 @@ def synth(path: str | os.PathLike[str] | None = None, *, corpus: str | os.PathLi
     if not tools:
         return env
     if corpus is None:
-        raise GemkitError(f"no corpus.jsonl next to {path}; pass corpus='docs.jsonl' or tools=False")
+        raise GemkitError(
+            f"no corpus.jsonl next to {path}; pass corpus='docs.jsonl' or tools=False"
+        )
     from gemkit.tools.search import search_tools
     from gemkit.tools.wrapper import ToolEnvWrapper
 
