@@ -44,8 +44,8 @@ GAMES: dict[str, tuple[str, str, tuple[str, ...], dict[str, dict[str, Any]]]] = 
         "Fill a Sudoku grid one cell per move.",
         ("logic", "grid"),
         {
-            "easy": {"size": 4, "holes": 6, "max_turns": 20},
-            "hard": {"size": 9, "holes": 40, "max_turns": 80},
+            "easy": {"size": 4, "holes": 6, "max_turns": 20, "max_mistakes": 2},
+            "hard": {"size": 9, "holes": 40, "max_turns": 80, "max_mistakes": 3},
         },
     ),
     "Hangman": (

@@ -6,7 +6,7 @@ import re
 
 import numpy as np
 
-from gemkit.envs.games.base import GameEnv, InvalidMove, Outcome
+from gemkit.envs.games.base import INVALID_PENALTY, GameEnv, InvalidMove, Outcome
 from gemkit.policy import SyncPolicy
 
 #: Correct cells earn at most this over a whole game; completing the grid adds 1.0.
@@ -107,18 +107,25 @@ def _number(text: str) -> int:
 class Sudoku(GameEnv):
     """Fill the empty cells of a `size` x `size` Sudoku (4 or 9) that has a unique solution.
 
-    A move writes one digit; a digit that clashes with its row, column or box, or that is not
-    the solution's digit for that cell, is an invalid move. Reward: `0.5 / holes` per correct
-    cell, plus 1.0 when the grid is complete.
+    A move writes one digit. A digit that clashes with its row, column or box is an invalid
+    move (the board shows the clash). A digit that breaks no rule but is not the solution's
+    is a mistake: it is not written, and the `max_mistakes`-th mistake loses the game. The
+    budget is what keeps the answer key hidden: with free retries, trying each digit that
+    does not clash until one is accepted solves every grid without any deduction.
+    Reward: `0.5 / holes` per correct cell, plus 1.0 when the grid is complete; an invalid
+    move or a mistake costs `INVALID_PENALTY`.
     """
 
-    def __init__(self, size: int = 9, holes: int = 40, max_turns: int = 80):
+    def __init__(self, size: int = 9, holes: int = 40, max_turns: int = 80, max_mistakes: int = 3):
         super().__init__(max_turns)
         if size not in MAX_HOLES:
             raise ValueError(f"size must be 4 or 9, got {size}")
         if not 1 <= holes <= MAX_HOLES[size]:
             raise ValueError(f"holes must be in 1..{MAX_HOLES[size]} for size {size}, got {holes}")
-        self.size, self.holes = size, holes
+        if max_mistakes < 1:
+            raise ValueError(f"max_mistakes must be >= 1, got {max_mistakes}")
+        self.size, self.holes, self.max_mistakes = size, holes, max_mistakes
+        self.mistakes = 0
         self.solution: Grid = [[0] * size for _ in range(size)]
         self.grid: Grid = [[0] * size for _ in range(size)]
 
@@ -130,7 +137,9 @@ class Sudoku(GameEnv):
             f"and every {b}x{b} box holds each digit 1 to {n} exactly once. The puzzle has a "
             "unique solution. Each move writes one digit into one empty cell; rows and columns "
             "are numbered from 1 (row 1 is the top, column 1 the left). A digit that clashes "
-            "with its row, column or box, or that is not the solution's digit, is rejected."
+            "with its row, column or box is rejected. A digit that clashes with nothing but is "
+            f"not the solution's is a mistake and is not written; {self.max_mistakes} "
+            "mistake(s) lose the game."
         )
 
     def move_format(self) -> str:
@@ -140,6 +149,7 @@ class Sudoku(GameEnv):
     def new_game(self) -> None:
         """Shuffle a valid grid and empty `holes` cells, keeping the solution unique."""
         n = self.size
+        self.mistakes = 0
         for _ in range(20):
             self.solution = self._shuffled_grid()
             puzzle = [row[:] for row in self.solution]
@@ -198,10 +208,15 @@ class Sudoku(GameEnv):
         if clash:
             raise InvalidMove(f"{v} at {where} clashes: {v} is already in {clash}.")
         if self.solution[r][c] != v:
-            raise InvalidMove(
-                f"{v} at {where} breaks no rule yet but leads to a dead end: the unique solution "
-                "has another digit there."
+            self.mistakes += 1
+            text = (
+                f"Mistake: {v} at {where} breaks no rule yet but leads to a dead end; it was "
+                f"not written ({self.mistakes} of {self.max_mistakes} mistakes)."
             )
+            lost = self.mistakes >= self.max_mistakes
+            if lost:
+                text += " Out of mistakes: you lose."
+            return Outcome(text, INVALID_PENALTY, lost, False, {"mistake": True})
         self.grid[r][c] = v
         reward = SHAPING / self.holes
         if all(all(row) for row in self.grid):
@@ -227,7 +242,10 @@ class Sudoku(GameEnv):
     def state_text(self) -> str:
         """The grid ('.' is empty) and the number of empty cells."""
         empty = sum(v == 0 for row in self.grid for v in row)
-        return f"Grid ('.' is an empty cell):\n{self._board()}\nEmpty cells left: {empty}."
+        return (
+            f"Grid ('.' is an empty cell):\n{self._board()}\nEmpty cells left: {empty}. "
+            f"Mistakes: {self.mistakes} of {self.max_mistakes}."
+        )
 
     def random_action(self, rng: np.random.Generator) -> str:
         """A random cell and digit."""

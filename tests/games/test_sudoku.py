@@ -1,4 +1,4 @@
-"""Sudoku: unique puzzles, rejected digits, rewards and the solving expert."""
+"""Sudoku: unique puzzles, rejected digits, mistakes, rewards and the solving expert."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_a_digit_already_in_the_row_is_rejected_naming_the_row():
     assert env.grid[r][c] == 0
 
 
-def test_a_digit_that_breaks_no_rule_but_not_the_solution_is_rejected():
+def test_a_digit_that_breaks_no_rule_but_not_the_solution_is_a_mistake():
     env = Sudoku(9, 40, max_turns=80)
     env.reset(seed=1)
     r, c, v = next(
@@ -73,7 +73,8 @@ def test_a_digit_that_breaks_no_rule_but_not_the_solution_is_rejected():
         if not env.grid[r][c] and v != env.solution[r][c] and conflict(env.grid, r, c, v) is None
     )
     obs, _, _, _, info = env.step(f"\\boxed{{{r + 1} {c + 1} {v}}}")
-    assert info["invalid"] and "dead end" in obs and env.grid[r][c] == 0
+    assert info["mistake"] and "dead end" in obs and env.grid[r][c] == 0
+    assert "Mistakes: 1 of 3" in obs
 
 
 def test_a_filled_cell_cannot_be_overwritten():
