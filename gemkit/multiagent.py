@@ -166,6 +166,19 @@ class MultiAgentEnv:
         return f"<{type(self).__name__}{'' if spec is None else ' ' + spec.id}>"
 
 
+def staller(invalid_moves: Mapping[str, int]) -> str | None:
+    """The agent that wasted the most turns on invalid moves, or None on a tie.
+
+    Turn-limited games end a game that runs out of turns with this agent forfeiting: else a
+    player facing a loss could stall with invalid moves until the limit voids the game, and
+    pay only the small invalid-move penalty instead of the loss.
+    """
+    ranked = sorted(invalid_moves.items(), key=lambda kv: -kv[1])
+    if not ranked or ranked[0][1] == 0 or (len(ranked) > 1 and ranked[0][1] == ranked[1][1]):
+        return None
+    return ranked[0][0]
+
+
 def _reseed(policy: Any, rng: np.random.Generator) -> None:
     # policies that draw from `self.rng` get a seed drawn from the env, so that the same
     # `reset(seed=)` replays the same episode against a stochastic opponent

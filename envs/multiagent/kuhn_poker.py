@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from gemkit.multiagent import MultiAgentEnv, MultiResetResult, MultiStepResult
+from gemkit.multiagent import MultiAgentEnv, MultiResetResult, MultiStepResult, staller
 from gemkit.parsing import extract_boxed
 from gemkit.policy import SyncPolicy
 
@@ -34,6 +34,11 @@ def legal_actions(history: tuple[str, ...]) -> tuple[str, ...]:
     return ("call", "fold") if history and history[-1] == "bet" else ("check", "bet")
 
 
+def stake(history: tuple[str, ...], seat: int) -> int:
+    """The chips seat `seat` has put in after `history`: the ante, plus 1 per bet or call."""
+    return 1 + sum(a in ("bet", "call") for a in history[seat::2])
+
+
 def payoff(history: tuple[str, ...], cards: tuple[str, str]) -> int:
     """Chips player_0 wins (player_1 wins the negative) at the end of `history`."""
     if history[-1] == "fold":
@@ -49,7 +54,9 @@ class KuhnPoker(MultiAgentEnv):
     Moves are `\\boxed{check}` / `\\boxed{bet}` (1 chip) before any bet, `\\boxed{call}` /
     `\\boxed{fold}` facing one. The hand ends at a fold or a showdown; the reward is the chips
     won or lost (zero-sum). Each player sees only its own card until the showdown. Invalid
-    moves cost `invalid_penalty`; after `max_turns` moves the hand is truncated (no chips move).
+    moves cost `invalid_penalty`. After `max_turns` moves the hand ends: the player that made
+    more invalid moves forfeits the chips it put in (as a fold would), so stalling a losing
+    hand never pays; with equal counts the hand is void (truncated, no chips move).
     `reset(options={"cards": ("K", "J")})` deals fixed cards.
     """
 
@@ -62,6 +69,7 @@ class KuhnPoker(MultiAgentEnv):
         self.cards: tuple[str, str] = ("J", "Q")
         self.history: tuple[str, ...] = ()
         self.moves = 0
+        self.invalid = dict.fromkeys(PLAYERS, 0)
         self._obs: dict[str, str] = {}
 
     @property
@@ -86,6 +94,7 @@ class KuhnPoker(MultiAgentEnv):
             self.cards = (CARDS[deal[0]], CARDS[deal[1]])
         self.history = ()
         self.moves = 0
+        self.invalid = dict.fromkeys(PLAYERS, 0)
         intro = (
             "Kuhn poker: a deck of J < Q < K; each player antes 1 chip and holds one card. "
             "player_0 acts first. Before any bet you may \\boxed{check} or \\boxed{bet} (1 chip); "
@@ -124,6 +133,7 @@ class KuhnPoker(MultiAgentEnv):
             if move is None or move.lower() not in legal:
                 rewards[mover] = -self.invalid_penalty
                 infos[mover]["invalid"] = True
+                self.invalid[mover] += 1
                 got = "no move found" if move is None else f"{move[:20]!r} is not allowed now"
                 options = " or ".join(f"\\boxed{{{m}}}" for m in legal)
                 notes[mover] = f"Invalid move: {got}; answer {options}."
@@ -148,11 +158,21 @@ class KuhnPoker(MultiAgentEnv):
                         notes[a] = end
                         infos[a].update(success=rewards[a] > 0, chips=rewards[a], cards=self.cards)
             if self.agents and self.moves >= self.max_turns:
-                truncated = self.per_agent(True)
                 self.agents = []
+                loser = staller(self.invalid)
+                if loser is None:
+                    truncated = self.per_agent(True)
+                    end = "Out of turns: the hand is void."
+                else:
+                    terminated = self.per_agent(True)
+                    chips = stake(self.history, PLAYERS.index(loser))
+                    winner = PLAYERS[1 - PLAYERS.index(loser)]
+                    rewards[loser] -= chips
+                    rewards[winner] += chips
+                    end = f"Out of turns: {loser} made more invalid moves and forfeits {chips}."
                 for a in PLAYERS:
-                    infos[a]["success"] = False
-                    notes[a] = f"{notes.get(a, '')} Out of turns: the hand is void.".strip()
+                    infos[a]["success"] = loser is not None and a != loser
+                    notes[a] = f"{notes.get(a, '')} {end}".strip()
         for a in PLAYERS:
             if over:
                 self._obs[a] = notes.get(a, self._obs[a])

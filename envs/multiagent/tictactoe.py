@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from gemkit.multiagent import MultiAgentEnv, MultiResetResult, MultiStepResult
+from gemkit.multiagent import MultiAgentEnv, MultiResetResult, MultiStepResult, staller
 from gemkit.parsing import extract_boxed
 from gemkit.policy import SyncPolicy
 
@@ -17,6 +17,9 @@ LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4
 ROW_RE = re.compile(r"^\s*([XO1-9])\s*\|\s*([XO1-9])\s*\|\s*([XO1-9])\s*$", re.MULTILINE)
 ROLE_RE = re.compile(r"You play ([XO])\b")
 MARK = {"x": "X", "o": "O"}
+OTHER = {"x": "o", "o": "x"}
+#: the moves that name a cell: exactly one ASCII digit (int() would take '٥' or fail on '¹')
+CELLS = frozenset("123456789")
 
 
 def winner(board: tuple[str, ...] | list[str]) -> str | None:
@@ -47,8 +50,9 @@ class TicTacToe(MultiAgentEnv):
     """Two agents take turns marking a 3x3 grid; three in a row wins (+1, the loser -1).
 
     Moves are `\\boxed{n}` with a free cell number 1-9. An invalid move costs
-    `invalid_penalty` and the same agent moves again; after `max_turns` moves (valid or not)
-    the game is truncated.
+    `invalid_penalty` and the same agent moves again. After `max_turns` moves (valid or not)
+    the game ends: the agent that made more invalid moves forfeits (-1, the other +1), so
+    stalling never beats losing; with equal counts the game is truncated with no winner.
     """
 
     possible_agents = ["x", "o"]
@@ -62,6 +66,7 @@ class TicTacToe(MultiAgentEnv):
         self.board: list[str] = [""] * 9
         self.turn = "x"
         self.moves = 0
+        self.invalid = {a: 0 for a in self.possible_agents}
         self._obs: dict[str, str] = {}
 
     @property
@@ -77,6 +82,7 @@ class TicTacToe(MultiAgentEnv):
         self.board = [""] * 9
         self.turn = "x"
         self.moves = 0
+        self.invalid = {a: 0 for a in self.possible_agents}
         intro = (
             "Tic-tac-toe: X and O take turns marking a free cell; three in a row (across, down "
             "or diagonal) wins. Answer with the number of a free cell as \\boxed{n}, e.g. "
@@ -99,7 +105,7 @@ class TicTacToe(MultiAgentEnv):
                 None,
                 "no move found: answer with a free cell number as \\boxed{n}, e.g. \\boxed{5}.",
             )
-        if not move.isdigit() or not 1 <= int(move) <= 9:
+        if move not in CELLS:
             return None, f"{move[:20]!r} is not a cell number; cells are numbered 1-9."
         cell = int(move) - 1
         if self.board[cell]:
@@ -123,10 +129,11 @@ class TicTacToe(MultiAgentEnv):
             if cell is None:
                 rewards[mover] = -self.invalid_penalty
                 infos[mover]["invalid"] = True
+                self.invalid[mover] += 1
                 notes[mover] = f"Invalid move: {error}"
             else:
                 self.board[cell] = MARK[mover]
-                other = "o" if mover == "x" else "x"
+                other = OTHER[mover]
                 won = winner(self.board)
                 if won or all(self.board):
                     terminated = self.per_agent(True)
@@ -143,11 +150,22 @@ class TicTacToe(MultiAgentEnv):
                     self.turn = other
                     notes.setdefault(other, f"{MARK[mover]} played {cell + 1}.")
             if self.agents and self.moves >= self.max_turns:
-                truncated = self.per_agent(True)
                 self.agents = []
+                loser = staller(self.invalid)
+                if loser is None:
+                    truncated = self.per_agent(True)
+                    end = "Out of turns: the game is over."
+                else:
+                    terminated = self.per_agent(True)
+                    rewards[loser] -= 1.0
+                    rewards[OTHER[loser]] += 1.0
+                    end = f"Out of turns: {MARK[loser]} made more invalid moves and forfeits."
                 for a in self.possible_agents:
-                    infos[a].update(success=False, winner=None)
-                    notes[a] = f"{notes.get(a, '')} Out of turns: the game is over.".strip()
+                    infos[a].update(
+                        success=loser is not None and a != loser,
+                        winner=None if loser is None else MARK[OTHER[loser]],
+                    )
+                    notes[a] = f"{notes.get(a, '')} {end}".strip()
         if over:
             for a in self.possible_agents:
                 self._obs[a] = notes.get(a, self._obs[a])

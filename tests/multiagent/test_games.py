@@ -78,13 +78,15 @@ def test_a_taken_cell_names_the_free_ones():
     assert "cell 5 is taken by X; free cells: 1, 2, 3, 4, 6, 7, 8, 9" in obs["o"]
 
 
-def test_endless_invalid_moves_are_truncated_at_the_turn_limit():
+def test_endless_invalid_moves_end_the_game_at_the_turn_limit_as_a_forfeit():
     env = gemkit.make("multiagent:TicTacToe-v0", max_turns=9)
     env.reset(seed=0)
     for _ in range(9):
         obs, rewards, terminated, truncated, infos = env.step({"x": "pass"})
-    assert all(truncated.values()) and not any(terminated.values()) and env.agents == []
-    assert "Out of turns" in obs["x"]
+    assert all(terminated.values()) and not any(truncated.values()) and env.agents == []
+    assert rewards == {"x": pytest.approx(-1.1), "o": 1.0}
+    assert infos["o"]["success"] and infos["x"]["winner"] == "O"
+    assert "Out of turns: X made more invalid moves and forfeits." in obs["x"]
 
 
 def test_the_board_in_an_observation_parses_back():
