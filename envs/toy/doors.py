@@ -14,6 +14,19 @@ from gemkit.policy import SyncPolicy
 _TRIED = re.compile(r"\bnot ([a-z])\b")
 
 
+def first_door(action: str, doors: str) -> str | None:
+    """The first word of `action` that is exactly one door's name (a, b, ...), or None.
+
+    A word must be a single door letter: `in doors` on the whole word would take "ab", or an
+    empty word, as a door (substring tests on the string of names).
+    """
+    for word in action.lower().replace("\\boxed{", " ").replace("}", " ").split():
+        name = word.strip(".,!?")
+        if len(name) == 1 and name in doors:
+            return name
+    return None
+
+
 class Doors(Env):
     """The prize is behind one of `num_doors` doors named a, b, c...; answer with a door's name.
 
@@ -52,8 +65,7 @@ class Doors(Env):
         if self.done:
             return "The episode is over; call reset().", 0.0, True, False, {"success": False}
         self.turn += 1
-        words = action.lower().replace("\\boxed{", " ").replace("}", " ").split()
-        door = next((w.strip(".,!?") for w in words if w.strip(".,!?") in self.doors), None)
+        door = first_door(action, self.doors) if isinstance(action, str) else None
         info: dict[str, Any] = {"turn": self.turn}
         if door == self.prize:
             self.done = True
