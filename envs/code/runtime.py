@@ -345,7 +345,7 @@ class Replayer:
         if kind == "e":
             return [k, str(payload)]
         if type(payload) is Opaque:
-            return [k, f"returned a {object.__getattribute__(payload, '_name')} object"]
+            return [k, f"returned a program object ({object.__getattribute__(payload, '_name')})"]
         return [k, f"returned {_describe(payload)}"]
 
 
@@ -362,7 +362,7 @@ class Opaque:
 def _refuse(self: Opaque, *args: object, **kwargs: object) -> None:
     name = object.__getattribute__(self, "_name")
     object.__getattribute__(self, "_owner").refuse(
-        f"the test used a {name} object; only builtin data crosses to the grader"
+        f"the test used a program object ({name}); only builtin data crosses to the grader"
     )
 
 
