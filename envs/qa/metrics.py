@@ -97,8 +97,16 @@ def hedged(pred: str, gold: str) -> bool:
     return bool(_memo(_marks, pred) - _memo(_marks, gold))
 
 
+def _too_long(pred: str, gold: str) -> bool:
+    # far longer than the gold, an answer is padding: 0 at once, not after seconds of work
+    return len(pred) > 10 * len(gold) + 200
+
+
 def exact_match(pred: str, gold: str) -> float:
-    """1.0 when the normalised strings are equal and not empty, else 0.0."""
+    """1.0 when the normalised strings are equal and not empty (and `pred` is not over 10 times
+    the gold and 200 characters long), else 0.0."""
+    if _too_long(pred, gold):
+        return 0.0
     p, g = _forms(pred, gold)
     return float(bool(p) and p == g)
 
@@ -106,9 +114,11 @@ def exact_match(pred: str, gold: str) -> float:
 def f1_score(pred: str, gold: str) -> float:
     """Harmonic mean of token precision and recall between the normalised strings.
 
-    0 for an empty or hedged prediction, and when at most `MIN_F1_PRECISION` of its tokens are
-    gold tokens.
+    0 for an empty, hedged or far too long prediction (over 10 times the gold and 200
+    characters), and when at most `MIN_F1_PRECISION` of its tokens are gold tokens.
     """
+    if _too_long(pred, gold):
+        return 0.0
     p_text, g_text = _forms(pred, gold)
     p, g = p_text.split(), g_text.split()
     if not p or not g or hedged(pred, gold):

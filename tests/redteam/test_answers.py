@@ -488,3 +488,14 @@ def test_arithmetic_env_refuses_hedges_and_several_boxes():
         ):
             env.reset(options={"index": i})
             assert env.step(reply)[1] == 0.0, (i, reply)
+
+
+def test_megabytes_of_padding_that_normalisation_drops_do_not_make_the_gold():
+    # `\,` and punctuation vanish in normalisation: a huge reply would equal the gold after
+    # seconds of work; an answer ten times longer than the gold (plus 200) is wrong at once
+    assert not grade("19" + "\\," * 500_000, "19")
+    assert exact_match("Paris" + "." * 1_000_000, "Paris") == 0.0
+    assert f1_score("Paris" + "!" * 1_000_000, "Paris") == 0.0
+    env = gemkit.make("math:Builtin-v0")
+    env.reset(options={"index": 0})
+    assert env.step("\\boxed{26" + "\\," * 500_000 + "}")[1] == 0.0
