@@ -4,25 +4,21 @@ from __future__ import annotations
 
 import functools
 import json
-import logging
 from collections.abc import Sequence
 from typing import Any
 
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.math.records import pick_index
 from gemkit.envs.reasoning_gym.safety import refusal
+from gemkit.envs.reasoning_gym.scoring import reference_answer, reward
 from gemkit.errors import GemkitError
 from gemkit.parsing import extract_answer
-
-log = logging.getLogger(__name__)
 
 #: default number of distinct items per env; items are generated on demand by index
 DEFAULT_SIZE = 100_000
 #: datasets that build every item up front, or cap their size, get a smaller default
 EAGER_SIZES = {"acre": 500, "word_ladder": 20_000}
 ANSWER_FORMAT = "Give your final answer inside \\boxed{} or <answer></answer>."
-#: metadata fields that hold a valid answer for datasets whose `answer` is None
-REFERENCE_FIELDS = ("possible_answer", "example_correct_answer", "example_answer")
 
 
 class ReasoningGymMissing(GemkitError, ImportError):
@@ -31,18 +27,6 @@ class ReasoningGymMissing(GemkitError, ImportError):
 
 class ReasoningGymConfigError(GemkitError, ValueError):
     """A dataset configuration reasoning-gym rejects."""
-
-
-def reference_answer(entry: dict[str, Any]) -> str | None:
-    """A correct answer for `entry`: its `answer`, or an example kept in its metadata."""
-    if entry.get("answer") is not None:
-        return str(entry["answer"])
-    meta = entry.get("metadata") or {}
-    for key in REFERENCE_FIELDS:
-        value = meta.get(key)
-        if value is not None:
-            return value if isinstance(value, str) else json.dumps(value)
-    return None
 
 
 class _Shared:
@@ -111,16 +95,28 @@ class ReasoningGymEnv(Env):
     `name` is a reasoning-gym dataset; `dataset_seed` and `size` fix the set of items (item
     `i` is always the same problem), and other keyword arguments go to the dataset's config.
     Each reset draws an item index with `self.np_random` (or takes `options={"index": i}`).
-    The reward is the dataset's score in [0, 1]; `info["success"]` is a score of 1.
+    The reward is 1.0 for an answer the dataset's scorer accepts that is specific to this
+    item (see `scoring`: junk, hedges and catch-all answers earn nothing), else 0.0; with
+    `partial_credit=True`, a rejected answer earns the upstream score above what no answer at
+    all would earn. `info["score"]` is the upstream score, `info["success"]` a reward of 1.
     """
 
-    def __init__(self, name: str, *, dataset_seed: int = 0, size: int | None = None, **config: Any):
+    def __init__(
+        self,
+        name: str,
+        *,
+        dataset_seed: int = 0,
+        size: int | None = None,
+        partial_credit: bool = False,
+        **config: Any,
+    ):
         if size is None:
             # a composite asks each member for the same index, so its smallest member bounds it
             members = _dataset_names(config.get("datasets") or ()) if name == "composite" else []
             size = min(EAGER_SIZES.get(n, DEFAULT_SIZE) for n in [name, *members])
         self.name = name
         self.size = size
+        self.partial_credit = partial_credit
         try:  # the JSON text keys the cache that shares one dataset per config
             key = json.dumps({"seed": dataset_seed, "size": size, **config}, sort_keys=True)
         except TypeError as e:
@@ -170,14 +166,16 @@ class ReasoningGymEnv(Env):
             info.update(success=False, score=0.0, refused=refused)
             text = f"Incorrect: the answer was not scored because it contains {refused}."
             return f"{text} Answer in the format the task asks for.", 0.0, True, False, info
-        try:
-            score = float(self.dataset.score_answer(parsed, self.entry))
-        except Exception:  # an upstream verifier crash on odd text must not end the run
-            log.debug("%s: score_answer failed on %r", self.name, parsed[:200], exc_info=True)
-            score = 0.0
-        info.update(success=score >= 1.0, score=score)
-        text = "Correct." if score >= 1.0 else f"Incorrect (score {score:.2f})."
-        return text, score, True, False, info
+        value, score, why = reward(
+            self.dataset, parsed, self.entry, self.index, self.name, self.partial_credit
+        )
+        info.update(success=value >= 1.0, score=score)
+        if why:
+            info["unspecific"] = why
+            text = f"Not accepted: {why}."
+        else:
+            text = "Correct." if value >= 1.0 else f"Incorrect (score {value:.2f})."
+        return text, value, True, False, info
 
     def render(self) -> str | None:
         """The current question."""
