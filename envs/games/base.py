@@ -75,7 +75,9 @@ class GameEnv(Env):
 
     # -- shared machinery -----------------------------------------------------------------
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetResult:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
         """Start a new game; the observation holds the rules, the move format and the state."""
         super().reset(seed=seed)
         self.turn = 0

@@ -37,7 +37,9 @@ class GuessTheNumber(GameEnv):
 
     def move_format(self) -> str:
         """A boxed integer."""
-        return "\\boxed{n} with an integer n, e.g. \\boxed{" + str((self.low + self.high) // 2) + "}"
+        return (
+            "\\boxed{n} with an integer n, e.g. \\boxed{" + str((self.low + self.high) // 2) + "}"
+        )
 
     def new_game(self) -> None:
         """Draw the hidden number."""

@@ -43,7 +43,9 @@ def option_violations(spec: dict, meeting: dict, option: dict, facts: dict) -> l
                         f"({work['start_hour']}-{work['end_hour']})"
                     )
         elif kind == "min_floor" and info["floor"] < rule["floor"]:
-            out.append(f"min_floor: room '{room}' is on floor {info['floor']}, under {rule['floor']}")
+            out.append(
+                f"min_floor: room '{room}' is on floor {info['floor']}, under {rule['floor']}"
+            )
     return out
 
 
@@ -121,7 +123,9 @@ def solve(tools: "ToolFacade", task: dict) -> list | None:  # noqa: F821
         if i == len(meetings):
             return chosen
         for option in options[i]:
-            if any(pair_violations(spec, meetings[j], chosen[j], meetings[i], option) for j in range(i)):
+            if any(
+                pair_violations(spec, meetings[j], chosen[j], meetings[i], option) for j in range(i)
+            ):
                 continue
             found = search(chosen + [option])
             if found is not None:

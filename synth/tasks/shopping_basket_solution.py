@@ -31,7 +31,9 @@ def basket_violations(spec: dict, items: list) -> list:
         if kind == "min_protein":
             protein = sum(i.get("protein", 0) for i in items)
             if protein < rule["value"]:
-                out.append(f"min_protein: the basket has {protein} g of protein, under {rule['value']}")
+                out.append(
+                    f"min_protein: the basket has {protein} g of protein, under {rule['value']}"
+                )
         elif kind == "max_calories":
             calories = sum(i.get("calories", 0) for i in items)
             if calories > rule["value"]:

@@ -53,7 +53,9 @@ def tier_violations(tier: dict, day_no: int, facts: dict) -> list:
         low = [r for r in (r1, r2) if r["rating"] < tier["min_rating_both"]]
         if low:
             names = ", ".join(f"'{r['name']}' ({r['rating']})" for r in low)
-            out.append(f"{head} both restaurants must be rated >= {tier['min_rating_both']}; {names}")
+            out.append(
+                f"{head} both restaurants must be rated >= {tier['min_rating_both']}; {names}"
+            )
     if "min_rating_one" in tier and max(r1["rating"], r2["rating"]) < tier["min_rating_one"]:
         out.append(
             f"{head} at least one restaurant must be rated >= {tier['min_rating_one']}; "
