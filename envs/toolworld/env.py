@@ -286,8 +286,10 @@ class ToolWorldWrapper(ToolEnvWrapper):
 
     async def astep(self, action: Any) -> StepResult:
         """Run tool calls; when one of them submitted an answer, verify it and end."""
-        obs, reward, terminated, truncated, info = await super().astep(action)
         inner: ToolWorldEnv = self.env.unwrapped  # type: ignore[assignment]
+        if inner.done:  # a finished episode runs no more tools and takes no second answer
+            return inner.step(action)
+        obs, reward, terminated, truncated, info = await super().astep(action)
         if inner.submitted is not None and not inner.done:
             fobs, freward, fterm, ftrunc, finfo = inner.finish(inner.submitted)
             return f"{obs}\n\n{fobs}", reward + freward, fterm, ftrunc, {**info, **finfo}

@@ -77,30 +77,43 @@ class Database:
         return Database(self.path)
 
 
+#: constraint ids that say the answer as a whole is unusable (not the asked shape, or names
+#: things the database lacks); the others are then vacuously "met", so they earn no credit
+STRUCTURE = ("format", "unknown_item")
+
+
 @dataclass
 class Verdict:
     """A verifier's answer: pass/fail, the violation messages, and which constraints failed.
 
-    Each message starts with the id of the constraint it breaks (`no_repeat: ...`).
+    Each message starts with the id of the constraint it breaks (`no_repeat: ...`). `gates`
+    are the ids whose failure zeroes partial credit: an empty plan breaks no rule about its
+    days, so the rules it "meets" are not work done.
     """
 
     passed: bool
     violations: list[str]
     constraints: list[str]
     failed: list[str] = field(default_factory=list)
+    gates: list[str] = field(default_factory=lambda: list(STRUCTURE))
 
     @property
     def score(self) -> float:
-        """Fraction of constraints satisfied (partial credit)."""
-        if not self.constraints:
-            return float(self.passed)
-        return 1.0 - len(set(self.failed)) / len(self.constraints)
+        """Fraction of constraints satisfied (partial credit); 0 when a gate failed."""
+        if self.passed:
+            return 1.0
+        failed = {f.split(":", 1)[0] for f in self.failed}
+        if not self.constraints or failed & set(self.gates):
+            return 0.0
+        return max(0.0, 1.0 - len(failed) / len(self.constraints))
 
     @classmethod
-    def from_violations(cls, violations: list[str], constraints: list[str]) -> Verdict:
+    def from_violations(
+        cls, violations: list[str], constraints: list[str], gates: Sequence[str] = STRUCTURE
+    ) -> Verdict:
         """A verdict whose failed ids are the prefixes of the messages."""
         failed = sorted({v.split(":", 1)[0] for v in violations})
-        return cls(not violations, violations, list(constraints), failed)
+        return cls(not violations, violations, list(constraints), failed, list(gates))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, with the score."""

@@ -351,12 +351,13 @@ class MeetingScheduling(Category):
         out: list[str] = []
         placed: dict[str, dict[str, Any]] = {}
         for entry in data:
+            # exact types: a JSON `true` is an int to isinstance, and 10.0 is not an hour
             ok = (
                 isinstance(entry, dict)
-                and isinstance(entry.get("meeting"), str)
-                and isinstance(entry.get("day"), str)
-                and isinstance(entry.get("hour"), int)
-                and isinstance(entry.get("room"), str)
+                and type(entry.get("meeting")) is str
+                and type(entry.get("day")) is str
+                and type(entry.get("hour")) is int
+                and type(entry.get("room")) is str
             )
             if not ok:
                 out.append(

@@ -18,7 +18,14 @@ from typing import Any
 import numpy as np
 
 from gemkit.synth.tasks import shopping_basket_solution as rules
-from gemkit.synth.tasks.base import Category, Database, Task, Verdict, parse_json_answer
+from gemkit.synth.tasks.base import (
+    STRUCTURE,
+    Category,
+    Database,
+    Task,
+    Verdict,
+    parse_json_answer,
+)
 
 CATEGORIES = {
     "fruit": ["Apples", "Bananas", "Pears", "Mango", "Grapes", "Berries", "Kiwi"],
@@ -43,6 +50,9 @@ ANSWER_FORMAT = (
     'A JSON list of product names, one per required category: ["...", "..."]. '
     "Submit it with submit_result(basket) or as your final answer."
 )
+
+#: a basket of the wrong shape earns no partial credit: its missing products break no rule
+GATES = (*STRUCTURE, "one_per_category")
 
 SCHEMA = """
 CREATE TABLE products (name TEXT PRIMARY KEY, category TEXT, price REAL, store TEXT,
@@ -320,7 +330,7 @@ class ShoppingBasket(Category):
         for item in items:
             out += rules.item_violations(task.spec, item)
         out += rules.basket_violations(task.spec, items)
-        return Verdict.from_violations(out, ids)
+        return Verdict.from_violations(out, ids, GATES)
 
     def _options(self, db: Database, spec: dict[str, Any]) -> list[list[dict[str, Any]]]:
         products = db.cached("products", lambda: _products(db))

@@ -19,7 +19,14 @@ from typing import Any
 import numpy as np
 
 from gemkit.synth.tasks import trip_planning_solution as rules
-from gemkit.synth.tasks.base import Category, Database, Task, Verdict, parse_json_answer
+from gemkit.synth.tasks.base import (
+    STRUCTURE,
+    Category,
+    Database,
+    Task,
+    Verdict,
+    parse_json_answer,
+)
 
 CITY_NAMES = [
     "Lisbon", "Porto", "Seville", "Valencia", "Lyon", "Marseille", "Geneva", "Turin",
@@ -82,6 +89,9 @@ ANSWER_FORMAT = (
     '"afternoon_attraction": "...", "evening_restaurant": "..."}, ...]. '
     "Submit it with submit_result(plan) or as your final answer."
 )
+
+#: a plan of the wrong shape earns no partial credit: its missing days break no rule
+GATES = (*STRUCTURE, "n_days")
 
 
 # -- database -------------------------------------------------------------------------------
@@ -788,7 +798,7 @@ class TripPlanning(Category):
             if ok:
                 facts["weather"] = snap["weather"].get((city, spec["dates"][i]), "sunny")
                 out += rules.day_violations(spec, n, facts)
-        return Verdict.from_violations(out, ids)
+        return Verdict.from_violations(out, ids, GATES)
 
     def count_space(self, db: Database, task: Task) -> int:
         """Well-formed plans: distinct cities from the start city, any items of each city."""
