@@ -60,7 +60,7 @@ CHANCE = {
     "game:Mastermind-v0-easy": 1 - (1 - 1 / 4**3) ** 12,
     "game:Mastermind-v0-hard": 1 - (1 - 1 / 6**4) ** 12,
     "game:Wordle-v0-easy": 1 - (1 - 1 / len(_answers(5, True))) ** 10,
-    "game:Wordle-v0-hard": 1 - (1 - 1 / len(_answers(5, True))) ** 6,
+    "game:Wordle-v0-hard": 1 - (1 - 1 / len(_answers(5, False))) ** 6,
     "game:Hangman-v0-easy": hangman_chance(4, 6, 10),
     "toy:Doors-v0": 1 - (3 / 4) ** 4,
     "toy:Copy-v0": (1 / 8) ** 3,
