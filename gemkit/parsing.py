@@ -31,13 +31,31 @@ def extract_boxed(text: str, *, last: bool = True) -> str | None:
     return None
 
 
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_ANSWER_TAG = re.compile(r"<(/?)answer>", re.IGNORECASE)
+
+
+def _last_answer_tag(text: str) -> tuple[int, str] | None:
+    """(start, content) of the last `<answer>...</answer>`, each opening paired with the next close.
+
+    One pass over the tags: a regex `<answer>(.*?)</answer>` would rescan the rest of the text
+    from every unclosed opening tag (quadratic in a reply full of them).
+    """
+    last = None
+    opened = -1
+    for m in _ANSWER_TAG.finditer(text):
+        if not m[1]:
+            if opened < 0:
+                opened = m.start()
+        elif opened >= 0:
+            last = (opened, text[opened + len("<answer>") : m.start()])
+            opened = -1
+    return last
 
 
 def extract_answer(text: str) -> str | None:
     """The last `\\boxed{...}` or `<answer>...</answer>` in `text`, whichever comes later."""
     boxed = extract_boxed(text)
-    tags = list(_ANSWER_TAG.finditer(text))
-    if tags and (boxed is None or tags[-1].start() > text.rfind(BOXED)):
-        return tags[-1][1].strip()
+    tag = _last_answer_tag(text)
+    if tag is not None and (boxed is None or tag[0] > text.rfind(BOXED)):
+        return tag[1].strip()
     return boxed
