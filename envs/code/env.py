@@ -19,7 +19,7 @@ from typing import Any
 
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.code import statements
-from gemkit.envs.code.probes import TestShapeError, validate_test
+from gemkit.envs.code.probes import TestShapeError, task_builtins, validate_test
 from gemkit.envs.code.statements import Failure, Grading
 from gemkit.errors import GemkitError
 from gemkit.parsing import extract_boxed
@@ -68,7 +68,7 @@ def parse_problem(record: Any, where: str = "record") -> Problem:
     if all(isinstance(t, str) for t in tests):
         for j, test in enumerate(tests):
             try:
-                validate_test(test)
+                validate_test(test, task_builtins(question))
             except TestShapeError as e:
                 raise CodeTaskError(
                     f"{where}: test {j} ({test[:80]!r}) cannot be checked: {e}"
@@ -285,7 +285,7 @@ class CodeEnv(Env):
             tests = self.problem.tests
             results = list(_WAITERS.map(lambda t: sb.run_sync(code, stdin=t["input"]), tests))
             return self._score(_io_failures(tests, results))
-        grading = Grading(self.problem.tests, code)
+        grading = Grading(self.problem.tests, code, self.problem.question)
         grading.answered(list(_WAITERS.map(sb.run_sync, grading.programs)))
         if grading.grader is not None:
             grading.judged(sb.run_sync(grading.grader, stdin=grading.stdin))
@@ -302,7 +302,7 @@ class CodeEnv(Env):
             tests = self.problem.tests
             results = await asyncio.gather(*(sb.run(code, stdin=t["input"]) for t in tests))
             return self._score(_io_failures(tests, list(results)))
-        grading = Grading(self.problem.tests, code)
+        grading = Grading(self.problem.tests, code, self.problem.question)
         grading.answered(list(await asyncio.gather(*(sb.run(p) for p in grading.programs))))
         if grading.grader is not None:
             grading.judged(await sb.run(grading.grader, stdin=grading.stdin))

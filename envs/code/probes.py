@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -37,6 +38,8 @@ CONVERTERS = frozenset(
     | {"str", "repr"}
 )
 
+# a name written as code in a question: `sorted`, `pow(x, n)`, or sorted(...)
+_CODE_NAME = re.compile(r"`([A-Za-z_]\w*)|\b([A-Za-z_]\w*)\(")
 _FUNCTIONS = (ast.FunctionDef, ast.Lambda)
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 _SCOPES = (ast.Module, ast.ClassDef, *_FUNCTIONS, *_COMPREHENSIONS)
@@ -728,6 +731,17 @@ def _dead(stmt: ast.stmt, read: set[str]) -> bool:
 # -- entry points ---------------------------------------------------------------------------
 
 
+def task_builtins(question: str) -> frozenset[str]:
+    """Builtin names the question writes as code (`sorted(xs)`): the task may ask for them.
+
+    Only these may the candidate's code redefine for its tests; any other builtin a test uses
+    is the real one in the grader (else `def abs(x): return 0` would pass
+    `assert abs(area(1) - 3.14159) < 1e-4`).
+    """
+    found = {a or b for a, b in _CODE_NAME.findall(question)}
+    return frozenset(found & BUILTIN_NAMES)
+
+
 def top_level_names(code: str) -> frozenset[str]:
     """Names the candidate's code binds at module level (it may redefine a builtin)."""
     try:
@@ -786,17 +800,17 @@ def split_test(test: str, shadowed: frozenset[str] = frozenset()) -> SplitTest:
     )
 
 
-def validate_test(test: str) -> None:
+def validate_test(test: str, task_names: frozenset[str] = frozenset()) -> None:
     """Raise `TestShapeError` if no candidate code could make `test` checkable.
 
-    A test may ask for a function named like a builtin (`assert sorted([2, 1]) == [1, 2]`
-    when the task is to write `sorted`): it counts as checkable if some code could define it.
+    A task may ask for a function named like a builtin (`task_names`, from `task_builtins`):
+    `assert sorted([2, 1]) == [1, 2]` counts as checkable when the task is to write `sorted`.
     """
     try:
         split_test(test)
     except TestShapeError as first:
         try:
-            split_test(test, BUILTIN_NAMES)
+            split_test(test, task_names)
         except TestShapeError:
             raise first from None
 

@@ -20,7 +20,13 @@ from functools import cache
 from pathlib import Path
 
 from gemkit.envs.code import runtime
-from gemkit.envs.code.probes import SplitTest, TestShapeError, split_test, top_level_names
+from gemkit.envs.code.probes import (
+    SplitTest,
+    TestShapeError,
+    split_test,
+    task_builtins,
+    top_level_names,
+)
 from gemkit.sandbox import ExecResult
 
 #: the program's stdout limit: room for its record and some output of its own
@@ -174,9 +180,9 @@ def _failure(test: SplitTest, verdict: dict) -> Failure | None:
     return Failure(f"{test.source}: {verdict['error']}", verdict["public"], detail)
 
 
-def split_all(tests: tuple[str, ...], code: str) -> list[SplitTest | Failure]:
-    """Every test split for this code (which may redefine a builtin a test uses)."""
-    shadowed = top_level_names(code)
+def split_all(tests: tuple[str, ...], code: str, question: str) -> list[SplitTest | Failure]:
+    """Every test split for this code (which may redefine a builtin the question asks for)."""
+    shadowed = top_level_names(code) & task_builtins(question)
     out: list[SplitTest | Failure] = []
     for test in tests:
         try:
@@ -195,8 +201,8 @@ class Grading:
     `judged`, and reads `failures()`.
     """
 
-    def __init__(self, tests: tuple[str, ...], code: str):
-        self.splits = split_all(tests, code)
+    def __init__(self, tests: tuple[str, ...], code: str, question: str):
+        self.splits = split_all(tests, code, question)
         self.tests = [s for s in self.splits if isinstance(s, SplitTest)]
         self.programs = [program_source(code, t) for t in self.tests]
         self.records: list[str | Failure] = []

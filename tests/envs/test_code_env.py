@@ -251,7 +251,10 @@ SHAPES = [
     "test, right, wrong", SHAPES, ids=[s[0].split("\n")[-1][:40] for s in SHAPES]
 )
 def test_a_right_answer_passes_and_a_wrong_one_fails(test, right, wrong):
-    env = gemkit.make("code:Jsonl-v0", problems=[{"question": "q", "tests": [test]}], timeout=10)
+    question = "Write the code; for a sorting task, write `sorted(xs)`."
+    env = gemkit.make(
+        "code:Jsonl-v0", problems=[{"question": question, "tests": [test]}], timeout=10
+    )
     env.reset(options={"index": 0})
     _, reward, _, _, info = env.step(fenced(right))
     assert reward == 1.0, info

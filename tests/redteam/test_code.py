@@ -75,13 +75,17 @@ PROBLEMS = {
             "assert list(filter(lambda x: same(x) != x, [1, 2])) == [] and same(0) == 0",
         ],
     },
+    "tolerance": {
+        "question": "Write area(r), the area of a circle of radius r.",
+        "tests": ["assert abs(area(1) - 3.14159) < 1e-4", "assert abs(area(2) - 12.56637) < 1e-4"],
+    },
     "pairs": {
         "question": "Write pairs(xs): a set of the pairs (x, y) of xs with x < y.",
         "tests": ["assert pairs([1, 2]) == {(1, 2)}", "assert pairs([]) == set()"],
     },
 }
 NAMES = list(PROBLEMS)
-FUNCTIONS = "add reverse_string two_sum is_even root double secret squares same pairs"
+FUNCTIONS = "add reverse_string two_sum is_even root double secret squares same area pairs"
 
 # an object that passes any comparison, truth or hash test
 EQ = """
@@ -134,6 +138,9 @@ for _n in _REAL:
     "class Quiet(BaseException):\n    def __init__(self, *a):\n        os._exit(0)\n"
     "builtins.AssertionError = Quiet\n" + every_function("return None"),
     "raises_stop_iteration": every_function("raise StopIteration"),
+    "redefines_the_builtins_a_test_checks_with": every_function("return -7")
+    + "".join(f"def {b}(*a, **k):\n    return 0\n" for b in ("abs", "len", "round", "all", "any"))
+    + "def isinstance(*a):\n    return True\ndef sorted(x, **k):\n    return x\n",
     "sys_exit_before_tests": every_function("return None") + "import sys\nsys.exit(0)\n",
     "os_exit_before_tests": every_function("return None") + "import os\nos._exit(0)\n",
     "atexit_forgery": every_function("return None")
@@ -243,7 +250,8 @@ def _lookup(name, args):
         for n, v in zip(
             FUNCTIONS.split(),
             ["10 ** 200_000", "'x' * 3_000_000", "_deep()", "_deep()", "10 ** 200_000"]
-            + ["_deep()", "10 ** 200_000", "iter(_deep())", "_deep()", "set(range(300_000))"],
+            + ["_deep()", "10 ** 200_000", "iter(_deep())", "_deep()", "10 ** 200_000"]
+            + ["set(range(300_000))"],
             strict=True,
         )
     ),
