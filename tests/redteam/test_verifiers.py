@@ -243,6 +243,18 @@ def test_a_game_cut_by_the_turn_limit_with_no_staller_is_void():
     assert not infos["x"]["success"] and not infos["o"]["success"]
 
 
+def test_a_customer_service_chat_that_changes_nothing_earns_nothing():
+    # every goal changes some order, so ending the chat politely is never the goal's state
+    env = gemkit.make("multiagent:CustomerService-v0-vs_user")
+    for seed in range(20):
+        env.reset(seed=seed)
+        for _ in range(30):
+            _, reward, terminated, truncated, info = env.step("All done, goodbye!")
+            if terminated or truncated:
+                break
+        assert reward == 0.0 and not info["success"] and info["mismatch"]
+
+
 # -- reasoning-gym --------------------------------------------------------------------------
 
 #: datasets whose upstream scorer pays something to any text that reaches it (0.1.19)
