@@ -16,7 +16,9 @@ nothing from gemkit. The host imports it for its constants and for `decode_recor
 Tagged JSON: None, True, False and str are themselves; every other value is a list whose
 first item names its type: `["i", hex]` int, `["f", float.hex()]` float, `["y", hex]` bytes,
 `["l", ...]` list, `["t", ...]` tuple, `["s", ...]` set, `["z", ...]` frozenset,
-`["d", k1, v1, ...]` dict, `["o", typename]` any other object (opaque). A record is a list of
+`["d", k1, v1, ...]` dict, `["o", typename]` any other object (opaque). A subclass of one of
+these types (Counter, namedtuple, IntEnum) crosses as its base type's value, a numpy scalar as
+its `.item()`: never its own methods. A record is a list of
 `[k, "v", value]` (probe k returned value), `[k, "x", exception type, message]` (it raised)
 and `[k, "e", reason]` (its answer could not be copied).
 """
@@ -59,6 +61,11 @@ def encode(value: object, depth: int = 0, budget: list | None = None) -> object:
     if depth > MAX_DEPTH:
         raise Unencodable(f"the answer is nested more than {MAX_DEPTH} levels deep")
     t = type(value)
+    if t not in _EXACT:
+        value = _plain_copy(value)
+        t = type(value)
+        if t not in _EXACT:
+            return ["o", _type_name(value)]
     if t is str or t is bytes:
         budget[1] -= len(value) * (1 if t is str else 2)
         if budget[1] < 0:
@@ -79,13 +86,45 @@ def encode(value: object, depth: int = 0, budget: list | None = None) -> object:
     if t is set or t is frozenset:
         items = [_encode_key(v, depth + 1, budget) for v in value]
         return ["s" if t is set else "z", *items]
-    if t is dict:
-        out: list = ["d"]
-        for k, v in value.items():
-            out.append(_encode_key(k, depth + 1, budget))
-            out.append(encode(v, depth + 1, budget))
-        return out
-    return ["o", _type_name(value)]
+    out: list = ["d"]  # a dict: the only type left of `_EXACT`
+    for k, v in value.items():
+        out.append(_encode_key(k, depth + 1, budget))
+        out.append(encode(v, depth + 1, budget))
+    return out
+
+
+_EXACT = frozenset({type(None), bool, int, float, str, bytes, list, tuple, set, frozenset, dict})
+
+
+def _plain_copy(value: object) -> object:
+    """A subclass of a plain type (Counter, namedtuple, IntEnum) as its base type's value,
+    through the base type's own methods; a numpy scalar as its `.item()`; else `value`.
+
+    Whatever this computes is only the program's claim: its result must still be plain.
+    """
+    t = type(value)
+    try:
+        for base, copy in _COPIES:
+            if issubclass(t, base):
+                return copy(value)
+        if getattr(t, "__module__", None) == "numpy" and hasattr(value, "item"):
+            return value.item()
+    except Exception:  # a subclass whose own methods fail the copy stays opaque
+        pass
+    return value
+
+
+_COPIES = (
+    (int, int.__int__),
+    (float, float.__float__),
+    (str, str.__str__),
+    (bytes, bytes.__bytes__),
+    (list, lambda v: list(list.__iter__(v))),
+    (tuple, lambda v: tuple(tuple.__iter__(v))),
+    (set, lambda v: set(set.__iter__(v))),
+    (frozenset, lambda v: frozenset(frozenset.__iter__(v))),
+    (dict, lambda v: dict(dict.items(v))),
+)
 
 
 def _encode_key(value: object, depth: int, budget: list) -> object:

@@ -304,3 +304,26 @@ def test_code_that_rebinds_common_builtin_names_is_still_checked(env):
     env.reset(options={"index": 0})
     code = "def add(a, b):\n    return a + b\nbytes = exec = globals = compile = 0\nprint('hi')"
     assert env.step(fenced(code))[1] == 1.0
+
+
+def test_subclasses_of_builtin_types_and_numpy_scalars_are_checked_by_value():
+    problem = {
+        "question": "Count the words; give the first pair; the sum as numpy would.",
+        "tests": [
+            "assert counts('a b a') == {'a': 2, 'b': 1}",
+            "assert first('xy') == ('x', 'y') and first('xy').left == 'x'",
+            "assert total([1, 2]) == 3 and level() == 2",
+        ],
+    }
+    right = (
+        "from collections import Counter, namedtuple\nfrom enum import IntEnum\nimport numpy\n"
+        "Pair = namedtuple('Pair', 'left right')\nclass Level(IntEnum):\n    HIGH = 2\n"
+        "def counts(s):\n    return Counter(s.split())\n"
+        "def first(s):\n    return Pair(s[0], s[1])\n"
+        "def total(xs):\n    return numpy.int64(sum(xs))\n"
+        "def level():\n    return Level.HIGH"
+    )
+    env = gemkit.make("code:Jsonl-v0", problems=[problem], timeout=20)
+    env.reset(options={"index": 0})
+    _, reward, _, _, info = env.step(fenced(right))
+    assert reward == 1.0, info

@@ -34,7 +34,7 @@ PROBLEMS = {
             "assert sorted(two_sum([3, 2, 4], 6)) == [1, 2]",
             # a length check alone passes any plain answer of that length ([0, 0]) as well
             "assert len(two_sum([1, 5, 3, 9], 14)) == 2 and two_sum([1, 5, 3, 9], 14)[1] == 3",
-            "assert isinstance(two_sum([1, 2], 3), list)",
+            "assert isinstance(two_sum([1, 2], 3), list) and two_sum([1, 2], 3) == [0, 1]",
         ],
     },
     "flags": {
@@ -112,13 +112,13 @@ FORGED_REPORT = worker.encode_report({"exit_code": 0, "finished": True, "excepti
 ATTACKS = {
     "eq_always_true": EQ + every_function("return Eq()"),
     "int_subclass": "class I(int):\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
-    "    __hash__ = int.__hash__\n" + every_function("return I(0)"),
+    "    __hash__ = int.__hash__\n" + every_function("return I(-7)"),
     "str_subclass": "class S(str):\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
-    "    __hash__ = str.__hash__\n" + every_function("return S('x')"),
+    "    __hash__ = str.__hash__\n" + every_function("return S('zz')"),
     "list_subclass": "class L(list):\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
-    + every_function("return L()"),
+    + every_function("return L([-7])"),
     "set_subclass": "class T(set):\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
-    + every_function("return T()"),
+    + every_function("return T({-7})"),
     "patched_builtins": EQ
     + """
 import builtins, sys
