@@ -363,11 +363,21 @@ def worlds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[dict, Pa
     return out
 
 
-def env_of(worlds: dict, name: str, **kwargs):
-    record, root = worlds[name]
-    env = make_toolworld(records=[record], root=root, **kwargs)
-    env.reset(options={"index": 0})
-    return env, record
+@pytest.fixture
+def env_of(worlds: dict):
+    """`env_of(name, **kwargs) -> (env, record)`: a reset env of that world, closed after."""
+    made = []
+
+    def make(name: str, **kwargs):
+        record, root = worlds[name]
+        env = make_toolworld(records=[record], root=root, **kwargs)
+        env.reset(options={"index": 0})
+        made.append(env)
+        return env, record
+
+    yield make
+    for env in made:
+        env.close()
 
 
 JUNK_ANSWERS = ["", "I could not find a plan.", "[]", "{}", "null", "[1, 2, 3]", "[{}]", '"x"']
@@ -375,8 +385,8 @@ JUNK_ANSWERS = ["", "I could not find a plan.", "[]", "{}", "null", "[1, 2, 3]",
 
 @pytest.mark.parametrize("name", CATEGORIES)
 @pytest.mark.parametrize("junk", JUNK_ANSWERS)
-def test_junk_answers_earn_no_partial_credit(worlds, name, junk):
-    env, _ = env_of(worlds, name, partial_credit=True)
+def test_junk_answers_earn_no_partial_credit(env_of, name, junk):
+    env, _ = env_of(name, partial_credit=True)
     _, reward, terminated, _, info = env.step(junk)
     assert terminated and reward == 0.0 and not info["success"], info["failed_constraints"]
 
@@ -391,20 +401,20 @@ def rename_everything(answer):
 
 
 @pytest.mark.parametrize("name", CATEGORIES)
-def test_answers_that_name_nothing_real_or_miss_parts_earn_no_partial_credit(worlds, name):
-    _, record = env_of(worlds, name)
+def test_answers_that_name_nothing_real_or_miss_parts_earn_no_partial_credit(env_of, name):
+    _, record = env_of(name)
     ref = record["reference_answer"]
     for attack in (rename_everything(ref), ref[:1], ref[1:] if len(ref) > 1 else []):
-        env, _ = env_of(worlds, name, partial_credit=True)
+        env, _ = env_of(name, partial_credit=True)
         _, reward, terminated, _, info = env.step(json.dumps(attack))
         assert terminated and reward == 0.0, (attack, info["failed_constraints"])
-    env, _ = env_of(worlds, name, partial_credit=True)
+    env, _ = env_of(name, partial_credit=True)
     assert env.step(json.dumps(ref))[1] == 1.0  # the honest answer still scores
 
 
 @pytest.mark.parametrize("name", CATEGORIES)
-def test_case_whitespace_and_duplicates_do_not_pass(worlds, name):
-    _, record = env_of(worlds, name)
+def test_case_whitespace_and_duplicates_do_not_pass(env_of, name):
+    _, record = env_of(name)
     ref = record["reference_answer"]
     if name == "shopping_basket":
         attacks = [[ref[0].lower(), *ref[1:]], [ref[0], *ref], [*ref, ref[-1]]]
@@ -417,23 +427,23 @@ def test_case_whitespace_and_duplicates_do_not_pass(worlds, name):
     else:
         attacks = [[{**ref[0], "room": ref[0]["room"].lower()}, *ref[1:]], [*ref, ref[0]]]
     for attack in attacks:
-        env, _ = env_of(worlds, name)
+        env, _ = env_of(name)
         assert env.step(json.dumps(attack))[1] == 0.0, attack
 
 
 @pytest.mark.parametrize("hour", [True, 10.0, "10", None, 10**40, -1])
-def test_a_meeting_hour_must_be_a_whole_number_of_the_day(worlds, hour):
-    _, record = env_of(worlds, "meeting_scheduling")
+def test_a_meeting_hour_must_be_a_whole_number_of_the_day(env_of, hour):
+    _, record = env_of("meeting_scheduling")
     schedule = [dict(m) for m in record["reference_answer"]]
     schedule[0]["hour"] = hour
-    env, _ = env_of(worlds, "meeting_scheduling", partial_credit=True)
+    env, _ = env_of("meeting_scheduling", partial_credit=True)
     _, reward, _, _, info = env.step(json.dumps(schedule))
     assert reward < 1.0 and not info["success"]
 
 
 @pytest.mark.parametrize("name", CATEGORIES)
-def test_the_episode_is_over_after_the_verdict(worlds, name):
-    env, record = env_of(worlds, name)
+def test_the_episode_is_over_after_the_verdict(env_of, name):
+    env, record = env_of(name)
     _, reward, terminated, _, _ = env.step("no plan")
     assert terminated and reward == 0.0
     key = {"trip_planning": "plan", "meeting_scheduling": "schedule"}.get(name, "basket")
