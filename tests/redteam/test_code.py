@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import json
+import struct
 
 import pytest
 
@@ -107,7 +108,9 @@ def every_function(body: str) -> str:
 
 
 FORGED_RECORD = (runtime.MARK + '[[0,"v",true],[1,"v",true],[2,"v",true]]').encode()
-FORGED_REPORT = worker.encode_report({"exit_code": 0, "finished": True, "exception": None})
+# what the sandbox's child reports when the code ran to its end (length header, exit code 0,
+# flag 1: finished), as the supervisor reads it from the child's result pipe
+FORGED_REPORT = struct.pack(">I", 9) + struct.pack(">qB", 0, 1)
 
 ATTACKS = {
     "eq_always_true": EQ + every_function("return Eq()"),
@@ -272,6 +275,12 @@ def test_an_attack_earns_nothing(env, attack, problem):
     obs, reward, terminated, _, info = env.step(f"```python\n{ATTACKS[attack]}\n```")
     assert (reward, info["success"], terminated) == (0.0, False, True), (info, obs)
     assert info["passed"] == 0 and info["error"]
+
+
+def test_the_forged_report_is_the_one_a_finished_child_sends():
+    """Keeps the result-fd attack honest: it forges exactly what the supervisor reads."""
+    finished = {"exit_code": 0, "finished": True, "exception": None}
+    assert worker.encode_report(finished) == FORGED_REPORT
 
 
 def test_each_attack_is_answered_with_a_clear_reason(env):
