@@ -224,19 +224,22 @@ def make(
     tool_options: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> Env:
-    """Build an env by id, apply `wrappers` in order, and optionally give it tools.
+    """Build an env by id, optionally give it tools, then apply `wrappers` in order.
 
     `tools` (names like `"python"` or tool objects) and `mcp` (an MCP server command or URL)
     wrap the env in a `ToolEnvWrapper`, turning a single-turn task into a tool-use task;
-    `tool_options` go to the wrapper (e.g. `{"max_tool_uses": 5}`).
+    `tool_options` go to the wrapper (e.g. `{"max_tool_uses": 5}`). The tool wrapper sits
+    right on the env and `wrappers` go above it, the stack order of docs/agent-loop.md
+    (env -> ToolEnvWrapper -> ChatHistory -> context wrappers): a history wrapper then sees
+    the tool instructions in the task, and each call with its result.
     """
     env = spec(env_id).make(**kwargs)
-    for wrap in wrappers:
-        env = wrap(env)
     if tools or mcp:
         from gemkit.tools.wrapper import wrap_with_tools
 
         env = wrap_with_tools(env, tools=tools or (), mcp=mcp, **(tool_options or {}))
+    for wrap in wrappers:
+        env = wrap(env)
     return env
 
 

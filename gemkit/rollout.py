@@ -106,11 +106,17 @@ def _usage_of(policy: Any) -> dict[str, int]:
 async def run_episode(
     env: Any, policy: Policy, *, env_id: str = "", seed: int | None = None, max_steps: int = 10_000
 ) -> Episode:
-    """Play one episode of `env` with `policy`; an env or policy error ends it, recorded."""
+    """Play one episode of `env` with `policy`; an env or policy error ends it, recorded.
+
+    A policy with an `on_reset(info)` method gets the reset's info before its first action.
+    """
     episode = Episode(env_id=env_id, seed=seed)
     try:
         policy.reset()
-        obs, _ = await env.areset(seed=seed)
+        obs, info = await env.areset(seed=seed)
+        on_reset = getattr(policy, "on_reset", None)
+        if on_reset is not None:  # e.g. an LLM policy offering the env's tools natively
+            on_reset(info)
         for _ in range(max_steps):
             action = await policy.act(obs)
             next_obs, reward, terminated, truncated, info = await env.astep(action)
@@ -169,7 +175,9 @@ async def arun_episodes(
     return [results[k] for k in todo]
 
 
-def run_episodes(env_id: str, policy_factory: Callable[[], Policy], n: int, **kwargs: Any) -> list[Episode]:
+def run_episodes(
+    env_id: str, policy_factory: Callable[[], Policy], n: int, **kwargs: Any
+) -> list[Episode]:
     """Blocking `arun_episodes`."""
     return asyncio.run(arun_episodes(env_id, policy_factory, n, **kwargs))
 

@@ -13,6 +13,7 @@ from rich.table import Table
 from gemkit.cli.console import console
 
 CONTEXTS = ("none", "discard-all", "discard-75", "summary", "thinking")
+TOOL_FORMATS = ("text", "native")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,6 +30,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--context", choices=CONTEXTS, default="none", help="context strategy")
     p.add_argument("--max-context", type=int, default=32_000, help="context window in tokens")
     p.add_argument("--tools", default="", help="comma-separated tool names, e.g. python,search")
+    p.add_argument(
+        "--tool-format",
+        choices=TOOL_FORMATS,
+        default="text",
+        help="text: tool schemas and call format in the prompt (any server); native: the "
+        "schemas as the request's tools= list and calls as tool_calls (a server with tool "
+        "calling, e.g. vLLM --enable-auto-tool-choice, llama.cpp --jinja)",
+    )
     p.add_argument("--system-prompt", default=None)
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument("--max-tokens", type=int, default=None)
@@ -47,6 +56,8 @@ def _wrappers(args: argparse.Namespace, client: Any) -> list:
     )
 
     wrappers: list = [lambda env: ChatHistory(env, system_prompt=args.system_prompt)]
+    if args.tool_format == "native":
+        wrappers.insert(0, _no_tool_text)
     m = args.max_context
     extra = {
         "none": None,
@@ -56,6 +67,18 @@ def _wrappers(args: argparse.Namespace, client: Any) -> list:
         "thinking": lambda env: ThinkingRetention(env),
     }[args.context]
     return wrappers + ([extra] if extra else [])
+
+
+def _no_tool_text(env: Any) -> Any:
+    """Keep the tool schemas out of the prompt text (native mode sends them as `tools=`)."""
+    from gemkit.tools.wrapper import ToolEnvWrapper
+
+    layer = env
+    while layer is not None:  # envs such as toolworld bring their own tool wrapper
+        if isinstance(layer, ToolEnvWrapper):
+            layer.instructions = False
+        layer = getattr(layer, "env", None)
+    return env
 
 
 def summary_table(summary: dict[str, dict[str, float]]) -> Table:
@@ -111,7 +134,15 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 
     def policy_factory(env_id: str):
         if client is not None:
-            return make_policy("llm", env_id, client=client, system_prompt=None)
+            native = args.tool_format == "native"
+            return make_policy(
+                "llm",
+                env_id,
+                client=client,
+                system_prompt=None,
+                env_tools=native,
+                message_actions=native,
+            )
         return make_policy(args.policy, env_id, seed=args.seed)
 
     def make_kwargs(env_id: str) -> dict[str, Any]:
@@ -130,9 +161,14 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     with Progress(*columns, console=console) as progress:
         tasks = {}
         for env_id in args.env_ids:
-            prior = [r for r in done.values() if r["env_id"] == env_id and r["index"] < args.episodes]
+            prior = [
+                r for r in done.values() if r["env_id"] == env_id and r["index"] < args.episodes
+            ]
             tasks[env_id] = progress.add_task(
-                env_id, total=args.episodes, completed=len(prior), wins=sum(r["success"] for r in prior)
+                env_id,
+                total=args.episodes,
+                completed=len(prior),
+                wins=sum(r["success"] for r in prior),
             )
 
         def on_episode(env_id: str, k: int, ep: Any) -> None:

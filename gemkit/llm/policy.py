@@ -39,7 +39,11 @@ class LLMPolicy:
 
     With `message_actions=True` the action is the assistant message dict itself (content,
     `reasoning_content`, `tool_calls`), for `ChatHistory`, which keeps the reasoning in the
-    history (so `ThinkingRetention` can manage it) and hands the env the text form.
+    history (so `ThinkingRetention` can manage it) and hands the env the text form (or the
+    message itself to a `ToolEnvWrapper`, which keeps the server's call ids).
+
+    With `env_tools=True` the native `tools=` list of each request is the one the env offers
+    this episode (`info["tools"]` of its reset, which rollouts hand to `on_reset`).
     """
 
     def __init__(
@@ -49,12 +53,14 @@ class LLMPolicy:
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         message_actions: bool = False,
+        env_tools: bool = False,
         **sampling: Any,
     ):
         self.client = client
         self.system_prompt = system_prompt
         self.tools = list(tools) if tools else None
         self.message_actions = message_actions
+        self.env_tools = env_tools
         self.sampling = sampling
         self.messages: list[dict[str, Any]] = []
         self.last_response: ChatResponse | None = None
@@ -65,6 +71,12 @@ class LLMPolicy:
         self.messages = []
         self.last_response = None
         self.usage = Usage()
+
+    def on_reset(self, info: Mapping[str, Any]) -> None:
+        """Read what the episode's reset says: with `env_tools`, the tools to offer natively."""
+        if self.env_tools:
+            tools = info.get("tools")
+            self.tools = list(tools) if tools else None
 
     def _prompt(self, observation: Observation) -> list[dict[str, Any]]:
         if isinstance(observation, str):

@@ -12,7 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Coroutine, Iterable, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import gymnasium
 
@@ -71,6 +71,54 @@ def clone_tool(t: Tool) -> Tool:
         ) from e
 
 
+def tool_instructions(
+    tools: Sequence[Tool],
+    schemas: Sequence[dict[str, Any]] | None = None,
+    *,
+    formats: Sequence[str] = DEFAULT_FORMATS,
+    max_tool_uses: int | None = None,
+    template: str | None = None,
+) -> str:
+    """The tool instructions for a prompt: the schemas, how to write a call, and the limit.
+
+    `template` replaces the default text, `{tools}` standing for the schema block. Only the
+    tag and Hermes formats are taught; the others are accepted when a model writes them.
+    """
+    schemas = [t.openai_schema() for t in tools] if schemas is None else schemas
+    schema_block = (
+        "<tools>\n" + "\n".join(json.dumps(s, ensure_ascii=False) for s in schemas) + "\n</tools>"
+    )
+    if template is not None:
+        return template.replace("{tools}", schema_block)
+    ways = []
+    if "hermes" in formats:
+        ways.append(
+            '<tool_call>{"name": "<tool name>", "arguments": {<arguments as JSON>}}</tool_call>'
+        )
+    if "tag" in formats:
+        ways += [f"<{t.name}>...</{t.name}>" for t in tools if tag_field(t)]
+    if "fence" in formats and any(t.name == "python" for t in tools):
+        ways.append("a ```python code block (runs the python tool)")
+    lines = [
+        "# Tools",
+        "",
+        "You may call the tools below before you answer. Their function schemas:",
+        schema_block,
+        "",
+    ]
+    if ways:
+        lines.append("To call a tool, write" + (" one of:" if len(ways) > 1 else ":"))
+        lines += [f"- {w}" for w in ways]
+    lines.append(
+        "You may make several calls in one message; their results come back, in order, "
+        "in the next message."
+    )
+    if max_tool_uses is not None:
+        lines.append(f"You can make at most {max_tool_uses} tool calls in all.")
+    lines.append("When you are ready, give your final answer without calling a tool.")
+    return "\n".join(lines)
+
+
 class ToolEnvWrapper(Wrapper):
     """Intercepts tool calls in each action, runs them, and returns their results.
 
@@ -93,7 +141,12 @@ class ToolEnvWrapper(Wrapper):
     `info` always carries `tool_calls` (attempts in this step) and `tool_uses` (so far).
     `step`/`reset` run on a private event loop kept for the wrapper's life, so tools that
     hold loop-bound resources work across sync steps; inside a running loop use `astep`.
+    Actions may be assistant message dicts (`accepts_message_actions`): native `tool_calls`
+    keep the ids the model server gave them.
     """
+
+    #: a history wrapper right above may hand over message dicts instead of their text
+    accepts_message_actions: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -174,40 +227,13 @@ class ToolEnvWrapper(Wrapper):
 
     def instructions_text(self) -> str:
         """The text appended to the first observation: schemas, call format, limits."""
-        schema_block = (
-            "<tools>\n"
-            + "\n".join(json.dumps(s, ensure_ascii=False) for s in self.schemas())
-            + "\n</tools>"
+        return tool_instructions(
+            self.tools,
+            self.schemas(),
+            formats=self.formats,
+            max_tool_uses=self.max_tool_uses,
+            template=self.instructions if isinstance(self.instructions, str) else None,
         )
-        if isinstance(self.instructions, str):
-            return self.instructions.replace("{tools}", schema_block)
-        ways = []
-        if "hermes" in self.formats:
-            ways.append(
-                '<tool_call>{"name": "<tool name>", "arguments": {<arguments as JSON>}}</tool_call>'
-            )
-        if "tag" in self.formats:
-            ways += [f"<{t.name}>...</{t.name}>" for t in self.tools if tag_field(t)]
-        if "fence" in self.formats and "python" in self._by_name:
-            ways.append("a ```python code block (runs the python tool)")
-        lines = [
-            "# Tools",
-            "",
-            "You may call the tools below before you answer. Their function schemas:",
-            schema_block,
-            "",
-        ]
-        if ways:
-            lines.append("To call a tool, write" + (" one of:" if len(ways) > 1 else ":"))
-            lines += [f"- {w}" for w in ways]
-        lines.append(
-            "You may make several calls in one message; their results come back, in order, "
-            "in the next message."
-        )
-        if self.max_tool_uses is not None:
-            lines.append(f"You can make at most {self.max_tool_uses} tool calls in all.")
-        lines.append("When you are ready, give your final answer without calling a tool.")
-        return "\n".join(lines)
 
     # -- the episode -------------------------------------------------------------------------
 
@@ -226,6 +252,13 @@ class ToolEnvWrapper(Wrapper):
         self.tool_time = 0.0
         self._warnings = 0
         self._next_id = 0
+        if self.instructions and isinstance(obs, list):
+            # a chat history below the tools would drop the instructions and every call
+            raise ToolError(
+                "ToolEnvWrapper got a chat (a list of messages) from reset: put the tools "
+                "right on the env and the history above them, ChatHistory(ToolEnvWrapper(env)) "
+                "(gemkit.make(id, tools=..., wrappers=[ChatHistory]) does so)"
+            )
         if self.instructions and isinstance(obs, str):
             obs = f"{obs}\n\n{self.instructions_text()}"
         info = {**info, "tools": self.schemas(), "tool_uses": 0}
@@ -295,6 +328,7 @@ class ToolEnvWrapper(Wrapper):
                     "name": item.name or "",
                     "arguments": item.arguments if isinstance(item, ToolCall) else None,
                     "format": item.format,
+                    "raw": item.raw,
                 }
                 for k, item in enumerate(items)
             ],
@@ -540,8 +574,7 @@ def wrap_with_tools(
         from gemkit.tools import resolve_tool
 
         tools = [
-            resolve_tool(t, corpus=str(corpus)) if t in ("search", "access") else t
-            for t in tools
+            resolve_tool(t, corpus=str(corpus)) if t in ("search", "access") else t for t in tools
         ]
     toolsets = []
     if mcp:

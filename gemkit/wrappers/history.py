@@ -105,7 +105,7 @@ def assistant_turn(
             )
             for p in parsed_calls
         ]
-    content = _TOOL_CALL.sub("", text).strip() or None
+    content = _without_calls(text, parsed_calls or ())
     tool_calls = []
     for i, result in enumerate(results):
         name, args = calls[i] if i < len(calls) else (str(result.get("name", "")), "{}")
@@ -127,6 +127,16 @@ def assistant_turn(
         for r in results
     ]
     return [assistant, *tools]
+
+
+def _without_calls(text: str, parsed_calls: Sequence[Mapping[str, Any]]) -> str | None:
+    """The message text around its calls (in any format the tool wrapper parsed), or None."""
+    text = _TOOL_CALL.sub("", text)
+    for p in parsed_calls:
+        raw = p.get("raw")
+        if isinstance(raw, str) and raw:
+            text = text.replace(raw, "", 1)
+    return text.strip() or None
 
 
 def _args_json(args: Any) -> str:
@@ -221,7 +231,10 @@ class ChatHistory(_History):
             self.messages.append({"role": "user", "content": obs})
         return list(self.messages)
 
-    def _env_action(self, action: str | Mapping[str, Any]) -> str:
+    def _env_action(self, action: str | Mapping[str, Any]) -> str | Mapping[str, Any]:
+        # a tool wrapper reads native tool calls (with their server ids) from the message
+        if not isinstance(action, str) and getattr(self.env, "accepts_message_actions", False):
+            return action
         return action_text(action)
 
 

@@ -129,7 +129,13 @@ def test_tool_call_is_answered_and_the_task_is_not_stepped():
         {"tool_call_id": "call_0", "name": "add", "content": "5", "is_error": False}
     ]
     assert info["parsed_calls"] == [
-        {"id": "call_0", "name": "add", "arguments": {"a": 2, "b": 3}, "format": "hermes"}
+        {
+            "id": "call_0",
+            "name": "add",
+            "arguments": {"a": 2, "b": 3},
+            "format": "hermes",
+            "raw": call("add", a=2, b=3),
+        }
     ]
 
 
