@@ -1,4 +1,4 @@
-"""Finding tool calls in an action: tag, Hermes/Qwen, OpenAI `tool_calls` and fenced formats.
+"""Finding tool calls in an action: every call format models write, or a message saying why not.
 
 `parse_action(action, tools)` returns the calls and the malformed call attempts of one action,
 in the order they appear, or the action's text as a final answer when it holds no call
@@ -7,9 +7,17 @@ attempt. A *call attempt* is, outside `<think>...</think>` reasoning:
 - `tag`: `<NAME>` or `</NAME>` for a registered tool NAME. The content fills the tool's one
   string argument (`<python>print(1)</python>`), or is a JSON object of arguments
   (`<add>{"a": 1, "b": 2}</add>`). Tags of unregistered names are ordinary text.
-- `hermes`: `<tool_call>` or `</tool_call>`, holding `{"name": ..., "arguments": {...}}`
-  (arguments may also be a JSON string), or a JSON list of such objects.
+- `hermes` (Hermes, Qwen): `<tool_call>` or `</tool_call>`, holding
+  `{"name": ..., "arguments": {...}}` (arguments may also be a JSON string), or a JSON list.
 - `openai`: an assistant message dict with a non-empty `tool_calls` list.
+- `json`: a bare JSON object `{"name": ..., "arguments": {...}}` (also `"parameters"`, or the
+  OpenAI `{"type": "function", "function": {...}}` form), alone, inside prose, or alone in a
+  ```json fence, as small models write it. An object naming a registered tool in any other
+  way (`{"tool": "search", "query": ...}`) is *ambiguous*: answered with a message saying how
+  to call, never taken as the final answer. Objects that name no tool are plain data.
+- `llama`: `<function=NAME>{"arg": ...}</function>` (Llama 3.1).
+- `mistral`: `[TOOL_CALLS]` followed by a JSON list of calls or `NAME[ARGS]{...}`.
+- `pythonic`: a reply that is only `search(query="x")` or `[a(x=1), b(y=2)]` (Llama 3.2/4).
 - `fence` (off by default: code tasks answer in fenced blocks): a ```python block, run by
   the `python` tool.
 
@@ -19,6 +27,7 @@ what was wrong and shows the expected format.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import json
 import re
@@ -30,8 +39,8 @@ from pydantic import BaseModel, ValidationError
 
 from gemkit.tools.base import Tool
 
-FORMATS = ("tag", "hermes", "openai", "fence")
-DEFAULT_FORMATS = ("tag", "hermes", "openai")
+FORMATS = ("tag", "hermes", "openai", "json", "llama", "mistral", "pythonic", "fence")
+DEFAULT_FORMATS = ("tag", "hermes", "openai", "json", "llama", "mistral", "pythonic")
 _CLIP = 160
 
 
@@ -55,7 +64,8 @@ class ToolCall:
 class ParseError:
     """A malformed call attempt; `message` says what was wrong and the expected format.
 
-    `kind` is one of `json`, `unknown_tool`, `arguments`, `unclosed`, `unopened`, `format`.
+    `kind` is one of `json`, `unknown_tool`, `arguments`, `unclosed`, `unopened`, `format`,
+    `ambiguous` (JSON that names a tool in no call format).
     """
 
     message: str
@@ -336,21 +346,35 @@ def _load_json(text: str, what: str) -> tuple[Any, str | None]:
 def _hermes_items(
     tools: dict[str, Tool], content: str, raw: str, fmt: str = "hermes"
 ) -> list[ToolCall | ParseError]:
+    data, err = _load_json(content.strip(), "<tool_call>")
+    if err is not None:
+        return [
+            ParseError(
+                f"{err}\nExpected: {_generic_example(tools, 'hermes')}", raw, "json", format=fmt
+            )
+        ]
+    return _call_objects(tools, data, raw, fmt)
+
+
+def _call_objects(
+    tools: dict[str, Tool], data: Any, raw: str, fmt: str
+) -> list[ToolCall | ParseError]:
+    """The calls in decoded JSON: one `{"name", "arguments"}` object or a list of them."""
+
     # examples are built only on error paths: they need the JSON schema, which is slow
     def expected() -> str:
         return _generic_example(tools, "hermes")
 
-    data, err = _load_json(content.strip(), "<tool_call>")
-    if err is not None:
-        return [ParseError(f"{err}\nExpected: {expected()}", raw, "json", format=fmt)]
     many = isinstance(data, list) and data and all(isinstance(d, dict) for d in data)
     objects = data if many else [data]
     out: list[ToolCall | ParseError] = []
     for obj in objects:
+        if isinstance(obj, dict) and isinstance(obj.get("function"), dict):
+            obj = obj["function"]  # the OpenAI wire form {"type": "function", "function": {...}}
         if not isinstance(obj, dict):
             out.append(
                 ParseError(
-                    '<tool_call> must hold a JSON object with "name" and "arguments", got '
+                    'a call must be a JSON object with "name" and "arguments", got '
                     f"{_clip(json.dumps(obj, ensure_ascii=False, default=str), 60)}. "
                     f"Expected: {expected()}",
                     raw,
@@ -408,6 +432,22 @@ def _trim(content: str) -> str:
 
 # -- the scanner ----------------------------------------------------------------------------------
 
+_DECODER = json.JSONDecoder()
+#: a key naming the tool in the JSON calls models write (`"name": "search"`)
+_NAME_KEY = re.compile(r"""["'](?:name|function|tool|tool_name)["']\s*:""")
+_NAME_VALUE = re.compile(
+    r"""["'](?:name|function|tool|tool_name)["']\s*:\s*["']([^"'\n]{1,128})["']"""
+)
+#: keys of a bare JSON call; anything else makes the object data, not a call
+_CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
+_FENCE_BEFORE = re.compile(r"```[A-Za-z_]*[ \t]*\n?[ \t]*\Z")
+_FENCE_AFTER = re.compile(r"\A\s*```")
+_MISTRAL_NAMED = re.compile(r"\s*(?P<name>[A-Za-z_][\w.-]{0,127})\[ARGS\]")
+_PYTHONIC_START = re.compile(r"\[?\s*(?P<name>[A-Za-z_]\w*)\s*\(")
+_LITERAL_LIMIT = 100_000  # longest Python-literal call text tried (literal_eval is not linear)
+
+Span = tuple[int, int, list[ToolCall | ParseError]]
+
 
 def _scanner(tools: dict[str, Tool], formats: Iterable[str]) -> re.Pattern[str] | None:
     names: list[str] = []
@@ -420,7 +460,400 @@ def _scanner(tools: dict[str, Tool], formats: Iterable[str]) -> re.Pattern[str] 
         alternatives.append(r"<(?P<close>/?)(?P<tag>" + "|".join(map(re.escape, names)) + r")>")
     if "fence" in formats and "python" in tools:
         alternatives.append(r"(?P<fence>```(?:python|py)\b[^\n]*\n?)")
+    if "llama" in formats:
+        alternatives.append(r"<function=(?P<fn>[^>\s]{1,128})>")
+    if "mistral" in formats:
+        alternatives.append(r"(?P<mistral>\[TOOL_CALLS\])")
     return re.compile("|".join(alternatives)) if alternatives else None
+
+
+def _fence_span(tools: dict[str, Tool], body: str, m: re.Match[str]) -> Span:
+    end = body.find("```", m.end())
+    if end < 0:
+        error = ParseError(
+            "missing closing ``` after ```python. Expected:\n```python\n...\n```",
+            _clip(body[m.start() :]),
+            "unclosed",
+            "python",
+            format="fence",
+        )
+        return m.start(), len(body), [error]
+    fenced = _tag_items(tools, "python", body[m.end() : end], body[m.start() : end + 3])
+    for item in fenced:
+        item.format = "fence"
+    return m.start(), end + 3, fenced
+
+
+def _tag_span(tools: dict[str, Tool], body: str, m: re.Match[str]) -> Span:
+    tag = m.group("tag")
+    fmt = "hermes" if tag == "tool_call" else "tag"
+    owner = None if fmt == "hermes" else tag
+    if m.group("close"):
+        error = ParseError(
+            f"found </{tag}> without an opening <{tag}>. Expected: {_tag_example(tools, tag)}",
+            m.group(0),
+            "unopened",
+            owner,
+            format=fmt,
+        )
+        return m.start(), m.end(), [error]
+    close = f"</{tag}>"
+    end = body.find(close, m.end())
+    if end < 0:
+        error = ParseError(
+            f"missing closing tag {close} after <{tag}>. Expected: {_tag_example(tools, tag)}",
+            _clip(body[m.start() :]),
+            "unclosed",
+            owner,
+            format=fmt,
+        )
+        return m.start(), len(body), [error]
+    raw = body[m.start() : end + len(close)]
+    content = body[m.end() : end]
+    if fmt == "hermes":
+        return m.start(), end + len(close), _hermes_items(tools, content, raw)
+    return m.start(), end + len(close), _tag_items(tools, tag, content, raw)
+
+
+class _Work:
+    """What one parse may still spend on decoding, and what decoding from each `{` gave.
+
+    Decoding reads a growing window, so a broken object costs about its own size; the budget
+    (a few times the text's length) bounds junk built to make every key start a decode, and
+    the memo stops a long object being decoded again for each key inside it.
+    """
+
+    def __init__(self, size: int):
+        self.left = 8 * size + 1_000_000
+        self.memo: dict[int, tuple[Any, int] | None] = {}
+
+    def spend(self, chars: int) -> bool:
+        """Charge `chars` of reading; False once the budget is gone."""
+        self.left -= chars
+        return self.left >= 0
+
+    def decode(self, body: str, pos: int, stop: int | None = None) -> tuple[Any, int] | None:
+        """The JSON value starting at `pos` (after blanks) and where it ends, or None."""
+        stop = len(body) if stop is None else stop
+        while pos < stop and body[pos] in " \t\r\n":
+            pos += 1
+        window = 2048
+        while True:
+            end = min(stop, pos + window)
+            if not self.spend(end - pos):
+                return None
+            chunk = body[pos:end]
+            try:
+                value, used = _DECODER.raw_decode(chunk)
+                return value, pos + used
+            except json.JSONDecodeError as e:
+                # JSON fails at the same place in a prefix as in the whole text, unless the
+                # failure is the prefix ending: only then is a wider window worth reading
+                cut = e.pos >= len(chunk) - 1 or e.msg.startswith("Unterminated")
+                if end >= stop or not cut:
+                    return None
+            except (RecursionError, ValueError):
+                return None
+            window *= 8
+
+
+def _llama_span(tools: dict[str, Tool], body: str, m: re.Match[str], work: _Work) -> Span:
+    # Llama 3.1's custom format: <function=NAME>{"arg": ...}</function>
+    name = m.group("fn")
+    close = body.find("</function>", m.end())
+    if close >= 0:
+        raw = body[m.start() : close + len("</function>")]
+        data, err = _load_json(body[m.end() : close].strip() or "{}", f"<function={name}>")
+        if err is not None:
+            expected = _generic_example(tools, "hermes")
+            return (
+                m.start(),
+                close + 11,
+                [ParseError(f"{err}\nExpected: {expected}", raw, "json", name, format="llama")],
+            )
+        return m.start(), close + 11, [_check_call(tools, name, data, raw=raw, fmt="llama")]
+    decoded = work.decode(body, m.end())
+    if decoded is not None and isinstance(decoded[0], dict):  # the closing tag left off
+        data, end = decoded
+        return (
+            m.start(),
+            end,
+            [_check_call(tools, name, data, raw=body[m.start() : end], fmt="llama")],
+        )
+    error = ParseError(
+        f"missing </function> after <function={_clip(name, 60)}>. Expected: "
+        f'<function={name}>{{"<argument>": ...}}</function>',
+        _clip(body[m.start() :]),
+        "unclosed",
+        name,
+        format="llama",
+    )
+    return m.start(), len(body), [error]
+
+
+def _mistral_span(tools: dict[str, Tool], body: str, m: re.Match[str], work: _Work) -> Span:
+    # Mistral: [TOOL_CALLS] [{"name": ..., "arguments": ...}] or [TOOL_CALLS]NAME[ARGS]{...}
+    decoded = work.decode(body, m.end())
+    if decoded is not None and isinstance(decoded[0], (list, dict)):
+        data, end = decoded
+        return m.start(), end, _call_objects(tools, data, body[m.start() : end], "mistral")
+    items: list[ToolCall | ParseError] = []
+    pos = m.end()
+    while (named := _MISTRAL_NAMED.match(body, pos)) is not None:
+        args = work.decode(body, named.end())
+        if args is None:
+            items.append(
+                ParseError(
+                    f"malformed JSON arguments after {named.group('name')}[ARGS]. Expected: "
+                    f"{_generic_example(tools, 'hermes')}",
+                    _clip(body[m.start() :]),
+                    "json",
+                    named.group("name"),
+                    format="mistral",
+                )
+            )
+            return m.start(), len(body), items
+        data, pos = args
+        raw = body[named.start() : pos].strip()
+        items.append(_check_call(tools, named.group("name"), data, raw=raw, fmt="mistral"))
+    if items:
+        return m.start(), pos, items
+    error = ParseError(
+        "after [TOOL_CALLS] came no call: expected a JSON list of "
+        '{"name": ..., "arguments": {...}} objects. Expected: '
+        f"{_generic_example(tools, 'hermes')}",
+        _clip(body[m.start() :]),
+        "format",
+        format="mistral",
+    )
+    return m.start(), len(body), [error]
+
+
+def _scan_marked(
+    tools: dict[str, Tool], body: str, formats: tuple[str, ...], work: _Work
+) -> list[Span]:
+    """Calls opened by a marker: tags, Hermes, fences, Llama `<function=>`, `[TOOL_CALLS]`."""
+    scanner = _scanner(tools, formats)
+    spans: list[Span] = []
+    pos = 0
+    while scanner is not None:
+        m = scanner.search(body, pos)
+        if m is None:
+            break
+        groups = m.groupdict()
+        if groups.get("fence"):
+            span = _fence_span(tools, body, m)
+        elif groups.get("fn"):
+            span = _llama_span(tools, body, m, work)
+        elif groups.get("mistral"):
+            span = _mistral_span(tools, body, m, work)
+        else:
+            span = _tag_span(tools, body, m)
+        spans.append(span)
+        pos = max(span[1], m.end())
+    return spans
+
+
+def _gaps(spans: list[Span], size: int) -> list[tuple[int, int]]:
+    gaps, pos = [], 0
+    for start, end, _ in sorted(spans, key=lambda s: s[0]):
+        if start > pos:
+            gaps.append((pos, start))
+        pos = max(pos, end)
+    if pos < size:
+        gaps.append((pos, size))
+    return gaps
+
+
+def _balanced_end(text: str, start: int, stop: int, work: _Work) -> int | None:
+    """The end of the bracketed value opening at `start` (quotes of both kinds skipped)."""
+    depth, quote, i = 0, "", start
+    while i < stop:
+        ch = text[i]
+        if quote:
+            if ch == "\\":
+                i += 1
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+            if depth == 0:
+                work.spend(i + 1 - start)
+                return i + 1
+        i += 1
+    work.spend(i - start)
+    return None
+
+
+def _python_literal(text: str, start: int, stop: int, work: _Work) -> tuple[Any, int] | None:
+    """A dict written as a Python literal (single quotes, True/None) at `start`, or None."""
+    end = _balanced_end(text, start, min(stop, start + _LITERAL_LIMIT), work)
+    if end is None or work.left < 0:
+        return None
+    try:
+        value = ast.literal_eval(text[start:end])
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return value, end
+
+
+def _call_shape(obj: dict[str, Any], tools: dict[str, Tool]) -> str | None:
+    """What a JSON object is: `call`, `ambiguous` (it names a tool, but in no format gemkit
+    runs), or None (plain data, such as an answer)."""
+    inner = obj.get("function")
+    if isinstance(inner, dict) and set(obj) <= {"type", "function", "id"}:
+        obj = inner
+    name = obj.get("name")
+    if isinstance(name, str) and set(obj) <= _CALL_KEYS:
+        if "arguments" in obj or "parameters" in obj or name in tools:
+            return "call"
+    named = [obj.get(k) for k in ("name", "tool", "tool_name", "function")]
+    if any(isinstance(v, str) and v in tools for v in named):
+        return "ambiguous"
+    return None
+
+
+def _ambiguous(tools: dict[str, Tool], obj: dict[str, Any], raw: str) -> ParseError:
+    name = next(
+        v
+        for k in ("name", "tool", "tool_name", "function")
+        if isinstance(v := obj.get(k), str) and v in tools
+    )
+    return ParseError(
+        f"this JSON names the tool {name} but is not a call gemkit can run (a JSON call has "
+        'exactly "name" and "arguments"). To call it, write '
+        f"{example_call(tools[name], 'hermes')}; to answer, reply without a tool's JSON.",
+        _clip(raw),
+        "ambiguous",
+        name,
+        format="json",
+    )
+
+
+def _json_span(
+    tools: dict[str, Tool], body: str, key: re.Match[str], lo: int, hi: int, work: _Work
+) -> Span | None:
+    """The JSON call whose name key `key` matched, or an error for a broken one naming a tool."""
+    named = _NAME_VALUE.match(body, key.start())
+    tool_name = named.group(1) if named is not None and named.group(1) in tools else None
+    start = key.start()
+    for _ in range(4):  # the object may open before a nested value: try the braces to the left
+        start = body.rfind("{", lo, start)
+        if start < 0:
+            return None
+        if start not in work.memo:
+            decoded = work.decode(body, start, hi)
+            if decoded is None and tool_name and body[start + 1 : start + 80].lstrip()[:1] == "'":
+                decoded = _python_literal(body, start, hi, work)
+            work.memo[start] = decoded
+        decoded = work.memo[start]
+        if decoded is None:
+            if tool_name is None or work.left < 0:
+                return None
+            end = _balanced_end(body, start, hi, work) or hi
+            _, err = _load_json(body[start:end], f"the call of {tool_name}")
+            error = ParseError(
+                f"{err}\nExpected: {example_call(tools[tool_name], 'hermes')}",
+                _clip(body[start:end]),
+                "json",
+                tool_name,
+                format="json",
+            )
+            return start, end, [error]
+        obj, end = decoded
+        if end > key.start():
+            break
+    else:
+        return None
+    if end > hi or not isinstance(obj, dict):
+        return None
+    shape = _call_shape(obj, tools)
+    if shape is None:
+        return None
+    raw = body[start:end]
+    items = (
+        _call_objects(tools, obj, raw, "json") if shape == "call" else [_ambiguous(tools, obj, raw)]
+    )
+    before, after = _FENCE_BEFORE.search(body, lo, start), _FENCE_AFTER.match(body[end:hi])
+    if before is not None and after is not None:  # a call alone in a ```json fence
+        start, end = before.start(), end + after.end()
+        for item in items:
+            item.raw = body[start:end] if isinstance(item, ToolCall) else item.raw
+    return start, end, items
+
+
+def _scan_json(
+    tools: dict[str, Tool], body: str, gaps: list[tuple[int, int]], work: _Work
+) -> list[Span]:
+    """Bare JSON calls (`{"name": ..., "arguments": ...}`, alone, in prose or in a fence)."""
+    spans: list[Span] = []
+    for lo, hi in gaps:
+        pos = lo
+        while work.left >= 0 and (key := _NAME_KEY.search(body, pos, hi)) is not None:
+            span = _json_span(tools, body, key, lo, hi, work)
+            if span is None:
+                pos = key.end()
+                continue
+            spans.append(span)
+            pos = span[1]
+    return spans
+
+
+def _pythonic_span(tools: dict[str, Tool], body: str) -> list[Span]:
+    """A reply that is only `search(query="x")` or `[a(x=1), b(y=2)]` (Llama 3.2 and 4)."""
+    text = body.strip()
+    m = _PYTHONIC_START.match(text)
+    if m is None or m.group("name") not in tools or len(text) > _LITERAL_LIMIT:
+        return []
+    try:
+        node = ast.parse(text, mode="eval").body
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    calls = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
+    if not calls or not all(
+        isinstance(c, ast.Call) and isinstance(c.func, ast.Name) for c in calls
+    ):
+        return []
+    items: list[ToolCall | ParseError] = []
+    for c in calls:
+        name = c.func.id  # type: ignore[attr-defined]
+        raw = ast.get_source_segment(text, c) or text
+        args, problem = _pythonic_args(tools.get(name), c)
+        if problem:
+            items.append(
+                ParseError(
+                    f"{name}(...): {problem}. Expected: {_generic_example(tools, 'hermes')}",
+                    _clip(raw),
+                    "arguments",
+                    name,
+                    format="pythonic",
+                )
+            )
+            continue
+        items.append(_check_call(tools, name, args, raw=raw, fmt="pythonic"))
+    offset = body.find(text)
+    return [(offset, offset + len(text), items)]
+
+
+def _pythonic_args(tool: Tool | None, call: ast.Call) -> tuple[dict[str, Any], str]:
+    args: dict[str, Any] = {}
+    try:
+        if call.args:
+            field_name = tag_field(tool) if tool is not None else None
+            if len(call.args) != 1 or field_name is None:
+                return {}, "pass the arguments by name, e.g. name=value"
+            args[field_name] = ast.literal_eval(call.args[0])
+        for kw in call.keywords:
+            if kw.arg is None:
+                return {}, "**arguments cannot be read; pass each argument by name"
+            args[kw.arg] = ast.literal_eval(kw.value)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return {}, "argument values must be literals (strings, numbers, lists, dicts)"
+    return args, ""
 
 
 def parse_text(
@@ -429,69 +862,15 @@ def parse_text(
     """Parse a text action (reasoning blocks ignored); see the module docstring."""
     tools = tool_map(tools)
     formats = tuple(formats)
-    scanner = _scanner(tools, formats)
     body = strip_reasoning(text)
-    items: list[ToolCall | ParseError] = []
-    pos = 0
-    while scanner is not None:
-        m = scanner.search(body, pos)
-        if m is None:
-            break
-        if m.groupdict().get("fence"):
-            end = body.find("```", m.end())
-            if end < 0:
-                items.append(
-                    ParseError(
-                        "missing closing ``` after ```python. Expected:\n```python\n...\n```",
-                        _clip(body[m.start() :]),
-                        "unclosed",
-                        "python",
-                        format="fence",
-                    )
-                )
-                break
-            fenced = _tag_items(tools, "python", body[m.end() : end], body[m.start() : end + 3])
-            for item in fenced:
-                item.format = "fence"
-            items += fenced
-            pos = end + 3
-            continue
-        tag = m.group("tag")
-        fmt = "hermes" if tag == "tool_call" else "tag"
-        if m.group("close"):
-            items.append(
-                ParseError(
-                    f"found </{tag}> without an opening <{tag}>. "
-                    f"Expected: {_tag_example(tools, tag)}",
-                    m.group(0),
-                    "unopened",
-                    None if fmt == "hermes" else tag,
-                    format=fmt,
-                )
-            )
-            pos = m.end()
-            continue
-        close = f"</{tag}>"
-        end = body.find(close, m.end())
-        if end < 0:
-            items.append(
-                ParseError(
-                    f"missing closing tag {close} after <{tag}>. "
-                    f"Expected: {_tag_example(tools, tag)}",
-                    _clip(body[m.start() :]),
-                    "unclosed",
-                    None if fmt == "hermes" else tag,
-                    format=fmt,
-                )
-            )
-            break
-        raw = body[m.start() : end + len(close)]
-        content = body[m.end() : end]
-        if fmt == "hermes":
-            items += _hermes_items(tools, content, raw)
-        else:
-            items += _tag_items(tools, tag, content, raw)
-        pos = end + len(close)
+    work = _Work(len(body))
+    spans = _scan_marked(tools, body, formats, work)
+    if "json" in formats and tools:
+        spans += _scan_json(tools, body, _gaps(spans, len(body)), work)
+    if "pythonic" in formats and not spans:
+        spans += _pythonic_span(tools, body)
+    spans.sort(key=lambda s: s[0])
+    items = [item for _, _, found in spans for item in found]
     return ParsedAction(items, None if items else text)
 
 

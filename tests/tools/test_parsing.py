@@ -288,3 +288,128 @@ def test_signature_shows_types_and_defaults():
 def test_json_nested_too_deeply_is_a_json_error():
     deep = only_error("<tool_call>" + "[" * 100_000 + "</tool_call>")
     assert deep.kind == "json" and "nested too deeply" in deep.message
+
+
+# -- the call formats real models write (default formats) ---------------------------------------
+
+QUERY = {"query": "Dunmere Company"}
+SEARCH_JSON = json.dumps({"name": "search", "arguments": QUERY})
+
+#: (shape, text or message) -> each is run as the search call above
+RUN = [
+    ("hermes/qwen tags", f"<tool_call>\n{SEARCH_JSON}\n</tool_call>"),
+    ("hermes, arguments as a string", json.dumps({"name": "search", "arguments": json.dumps(QUERY)}).join(["<tool_call>", "</tool_call>"])),
+    ("bare json", SEARCH_JSON),
+    ("bare json after prose", f"I need to look this up first.\n{SEARCH_JSON}"),
+    ("json fence", f"Let me search.\n```json\n{SEARCH_JSON}\n```"),
+    ("bare fence", f"```\n{SEARCH_JSON}\n```"),
+    ("json list", f"[{SEARCH_JSON}]"),
+    ("llama 3.1 parameters", json.dumps({"name": "search", "parameters": QUERY})),
+    ("openai wire form as text", json.dumps({"type": "function", "function": {"name": "search", "arguments": json.dumps(QUERY)}})),
+    ("python dict", "{'name': 'search', 'arguments': {'query': 'Dunmere Company'}}"),
+    ("llama <function=>", '<function=search>{"query": "Dunmere Company"}</function>'),
+    ("llama <function=> unclosed", '<function=search>{"query": "Dunmere Company"}'),
+    ("mistral list", f"[TOOL_CALLS] [{SEARCH_JSON}]"),
+    ("mistral named", '[TOOL_CALLS]search[ARGS]{"query": "Dunmere Company"}'),
+    ("pythonic", 'search(query="Dunmere Company")'),
+    ("pythonic list", '[search(query="Dunmere Company")]'),
+    ("pythonic positional", 'search("Dunmere Company")'),
+    ("tag", "<search>Dunmere Company</search>"),
+    ("openai tool_calls", {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": json.dumps(QUERY)}}]}),
+    ("reasoning then bare json", f"<think>which tool?</think>{SEARCH_JSON}"),
+]  # fmt: skip
+
+#: (shape, text, error kind) -> each is answered with a message, never taken as the answer
+MESSAGE = [
+    ("bare json cut short", '{"name": "search", "arguments": {"query": "Dunmere"}', "json"),
+    ("json naming an unknown tool", '{"name": "lookup", "arguments": {"q": "x"}}', "unknown_tool"),
+    ("json with flat arguments", '{"tool": "search", "query": "Dunmere"}', "ambiguous"),
+    ("json with extra keys", '{"name": "search", "query": "x", "arguments": {}}', "ambiguous"),
+    ("json with wrong arguments", '{"name": "search", "arguments": {"q": "x"}}', "arguments"),
+    ("llama with broken json", "<function=search>{query: x}</function>", "json"),
+    ("llama unknown tool", '<function=lookup>{"q": 1}</function>', "unknown_tool"),
+    ("mistral without calls", "[TOOL_CALLS] nothing", "format"),
+    ("pythonic with a variable", "search(query=q)", "arguments"),
+    ("hermes unclosed", f"<tool_call>{SEARCH_JSON}", "unclosed"),
+    ("openai broken arguments", {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "search", "arguments": "{"}}]}, "json"),
+]  # fmt: skip
+
+#: (shape, text) -> final answers, even when they are JSON
+ANSWER = [
+    ("plan in a json fence", '```json\n[{"time": "2025-06-01", "city": "Seville", "hotel": "B"}]\n```'),
+    ("plan as bare json", '[{"time": "2025-06-01", "city": "Florence", "hotel": ""}]'),
+    ("object with a name that is no tool", '{"name": "Paris", "population": 2100000}'),
+    ("basket items", '[{"name": "milk", "quantity": 2}, {"name": "rice", "quantity": 1}]'),
+    ("boxed", "The answer is \\boxed{Paris}."),
+    ("prose naming the tool", "I would search for it, but I know it: Paris."),
+    ("code answer", "def search(query):\n    return query\n"),
+]  # fmt: skip
+
+
+def parse_default(action):
+    return parse_action(action, TOOLS)
+
+
+@pytest.mark.parametrize("shape,action", RUN, ids=[r[0] for r in RUN])
+def test_every_known_call_shape_is_run(shape, action):
+    parsed = parse_default(action)
+    assert parsed.answer is None and parsed.errors == [], (shape, parsed.items)
+    (call,) = parsed.calls
+    assert (call.name, call.arguments) == ("search", QUERY)
+    assert call.args is not None and call.args.query == "Dunmere Company"
+
+
+@pytest.mark.parametrize("shape,action,kind", MESSAGE, ids=[m[0] for m in MESSAGE])
+def test_broken_or_ambiguous_call_shapes_get_a_message(shape, action, kind):
+    parsed = parse_default(action)
+    assert parsed.answer is None and parsed.calls == [], (shape, parsed.items)
+    (error,) = parsed.errors
+    assert error.kind == kind
+    # the message shows what to write instead (or which tools exist)
+    assert any(w in error.message for w in ("Expected", "Available tools", "write", "must be"))
+
+
+@pytest.mark.parametrize("shape,action", ANSWER, ids=[a[0] for a in ANSWER])
+def test_json_answers_and_prose_stay_final_answers(shape, action):
+    parsed = parse_default(action)
+    assert parsed.items == [] and parsed.answer == action
+
+
+def test_two_bare_json_calls_and_prose_keep_their_order():
+    add_json = json.dumps({"name": "add", "arguments": {"a": 1, "b": 2}})
+    parsed = parse_default(
+        f'First {SEARCH_JSON}, then <function=add>{{"a": 3, "b": 4}}</function> and {add_json}'
+    )
+    assert [(c.name, c.format) for c in parsed.calls] == [
+        ("search", "json"),
+        ("add", "llama"),
+        ("add", "json"),
+    ]
+
+
+def test_a_json_call_inside_a_hermes_block_is_parsed_once():
+    parsed = parse_default(f"<tool_call>{SEARCH_JSON}</tool_call>")
+    assert [c.format for c in parsed.calls] == ["hermes"]
+
+
+def test_the_old_formats_alone_still_take_bare_json_as_the_answer():
+    assert parse(SEARCH_JSON).answer == SEARCH_JSON
+
+
+@pytest.mark.parametrize(
+    "junk",
+    [
+        '{"name": "x", ' * 20_000,
+        "{'name': 'search', " * 20_000,
+        '{"name": "x' + ' {"name": "x' * 20_000,
+        '{"name": "search", "arguments": {"code": "' + "a" * 300_000,
+        "<function=search>" * 20_000,
+        "[TOOL_CALLS]search[ARGS]" * 20_000,
+        "[search(" * 5_000,
+    ],
+    ids=["keys", "python-keys", "open-strings", "long-string", "llama", "mistral", "pythonic"],
+)
+def test_junk_built_to_start_many_decodes_is_parsed_in_linear_work(junk):
+    # no timing assert: the answer must come back, and never as a crash or a hang
+    parsed = parse_default(junk)
+    assert parsed.calls == [] or len(parsed.items) <= 1
