@@ -448,6 +448,38 @@ def test_files_in_the_sandboxs_tmpfs_count_against_the_memory_limit(sb):
         assert_next_call_can_use_its_memory(small, 96)
 
 
+def test_pipe_buffers_count_against_the_memory_limit(sb):
+    # a pipe's buffer is kernel memory no address-space limit sees; the kernel's per-user pipe
+    # limit (pipe-user-pages-soft, 64 MB by default) lets one process hold more than 48 MB
+    with Sandbox(backend=sb.backend, timeout=10, workers=1, memory_mb=48) as small:
+        needs_memory_cgroup(small)
+        r = small.run_sync(
+            "import fcntl, os\n"
+            "held, pipes = 0, []\n"
+            "try:\n"
+            "    for _ in range(120):\n"
+            "        r, w = os.pipe()\n"
+            "        pipes.append((r, w))\n"
+            "        try:\n"
+            "            fcntl.fcntl(w, 1031, 2**20)  # F_SETPIPE_SZ\n"
+            "        except OSError:\n"
+            "            pass\n"
+            "        os.set_blocking(w, False)\n"
+            "        try:\n"
+            "            while True:\n"
+            "                held += os.write(w, b'x' * 65536)\n"
+            "        except BlockingIOError:\n"
+            "            pass\n"
+            "except OSError as e:\n"
+            "    print(e)\n"
+            "print(held // 2**20)"
+        )
+        held = int(r.stdout.split()[-1]) if r.stdout.split() else 0
+        # the process is killed at the limit (or a write fails) before the pipes hold 48 MB
+        assert r.limit_hit == "memory" or held < 48, (held, r)
+        assert_next_call_can_use_its_memory(small, 48)
+
+
 def assert_next_call_can_use_its_memory(sandbox: Sandbox, memory_mb: int) -> None:
     block = (memory_mb - 48) * 2**20
     r = sandbox.run_sync(f"b = bytearray({block})\nb[::4096] = b'x' * len(b[::4096])\nprint('ok')")
