@@ -230,9 +230,7 @@ def main() -> None:
     for concurrency in CONCURRENCY:
         gem_none = gem_bwrap = None
         if PythonCodeTool is not None:
-            gem_none = measure(
-                lambda c=concurrency: bench_gem("none", args.calls, c), args.repeat
-            )
+            gem_none = measure(lambda c=concurrency: bench_gem("none", args.calls, c), args.repeat)
             gem_bwrap = measure(lambda c=concurrency: bench_gem("bwrap", args.calls, c))
         for stateful in (False, True):
             ours = measure(
