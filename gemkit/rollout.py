@@ -60,12 +60,32 @@ class Episode:
         return int(sum(t.info.get("tool_calls", 0) or 0 for t in self.turns))
 
     @property
+    def token_sources(self) -> dict[str, dict[str, int]]:
+        """Tokens and model calls by who made the call: the policy, or context summaries."""
+        policy = _token_totals(t.usage for t in self.turns if t.usage)
+        edits = [e for t in self.turns for e in t.info.get("context_edits") or ()]
+        summary = _token_totals(e["usage"] for e in edits if isinstance(e.get("usage"), dict))
+        return {"policy": policy, "summary": summary}
+
+    @property
     def tokens(self) -> dict[str, int]:
-        """Prompt and completion tokens summed over the turns."""
+        """Prompt and completion tokens of every model call: the policy's and the summaries'."""
+        sources = self.token_sources.values()
         return {
-            "prompt_tokens": sum(t.usage.get("prompt_tokens", 0) for t in self.turns),
-            "completion_tokens": sum(t.usage.get("completion_tokens", 0) for t in self.turns),
+            "prompt_tokens": sum(s["prompt_tokens"] for s in sources),
+            "completion_tokens": sum(s["completion_tokens"] for s in sources),
         }
+
+    @property
+    def context_warnings(self) -> int:
+        """Steps at which a context strategy left the chat over its budget."""
+        return sum(bool(t.info.get("context_warnings")) for t in self.turns)
+
+    @property
+    def summaries_truncated(self) -> int:
+        """Context summaries cut at their token budget."""
+        edits = [e for t in self.turns for e in t.info.get("context_edits") or ()]
+        return sum(bool(e.get("summary_truncated")) for e in edits)
 
     def returns(self, gamma: float = 1.0) -> list[float]:
         """Discounted return from each turn: G_t = r_t + gamma * G_{t+1}."""
@@ -82,6 +102,7 @@ class Episode:
             num_turns=self.num_turns,
             tool_calls=self.tool_calls,
             tokens=self.tokens,
+            token_sources=self.token_sources,
         )
         return d
 
@@ -93,6 +114,16 @@ class Episode:
 
 
 _TURN_FIELDS = {"observation", "action", "reward", "terminated", "truncated", "info", "usage"}
+_TOKEN_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens")
+
+
+def _token_totals(usages: Iterable[dict[str, int]]) -> dict[str, int]:
+    totals = dict.fromkeys(_TOKEN_KEYS, 0) | {"calls": 0}
+    for u in usages:
+        totals["calls"] += 1
+        for key in _TOKEN_KEYS:
+            totals[key] += int(u.get(key, 0) or 0)
+    return totals
 
 
 def _usage_of(policy: Any) -> dict[str, int]:
@@ -100,7 +131,10 @@ def _usage_of(policy: Any) -> dict[str, int]:
     usage = getattr(response, "usage", None)
     if usage is None:
         return {}
-    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+    out = {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens}
+    if getattr(usage, "cached_tokens", 0):
+        out["cached_tokens"] = usage.cached_tokens
+    return out
 
 
 async def run_episode(
@@ -119,8 +153,10 @@ async def run_episode(
             on_reset(info)
         for _ in range(max_steps):
             action = await policy.act(obs)
+            # read now: a summary by the same policy during the step replaces last_response
+            usage = _usage_of(policy)
             next_obs, reward, terminated, truncated, info = await env.astep(action)
-            turn = Turn(obs, action, float(reward), terminated, truncated, info, _usage_of(policy))
+            turn = Turn(obs, action, float(reward), terminated, truncated, info, usage)
             episode.turns.append(turn)
             obs = next_obs
             if terminated or truncated:
@@ -183,11 +219,25 @@ def run_episodes(
 
 
 def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
-    """Success rate, mean return, turns, tool calls and tokens, and errors of episodes."""
+    """Success rate, mean return, turns, tool calls and tokens, and errors of episodes.
+
+    `mean_tokens` counts every model call (the policy's and context summaries');
+    `mean_summary_tokens` is the summaries' share. `context_warnings` counts episodes in
+    which a context strategy left the chat over its budget.
+    """
     n = len(episodes)
-    keys = ("success_rate", "mean_return", "mean_turns", "mean_tool_calls", "mean_tokens")
+    keys = (
+        "success_rate",
+        "mean_return",
+        "mean_turns",
+        "mean_tool_calls",
+        "mean_tokens",
+        "mean_summary_tokens",
+    )
     if n == 0:
-        return {"episodes": 0, **dict.fromkeys(keys, 0.0), "errors": 0}
+        zeros = {"errors": 0, "context_warnings": 0, "summaries_truncated": 0}
+        return {"episodes": 0, **dict.fromkeys(keys, 0.0), **zeros}
+    summary_tokens = [e.token_sources["summary"] for e in episodes]
     return {
         "episodes": n,
         "success_rate": sum(e.success for e in episodes) / n,
@@ -195,7 +245,13 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
         "mean_turns": sum(e.num_turns for e in episodes) / n,
         "mean_tool_calls": sum(e.tool_calls for e in episodes) / n,
         "mean_tokens": sum(sum(e.tokens.values()) for e in episodes) / n,
+        "mean_summary_tokens": sum(
+            s["prompt_tokens"] + s["completion_tokens"] for s in summary_tokens
+        )
+        / n,
         "errors": sum(e.error is not None for e in episodes),
+        "context_warnings": sum(e.context_warnings > 0 for e in episodes),
+        "summaries_truncated": sum(e.summaries_truncated for e in episodes),
     }
 
 

@@ -40,7 +40,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--system-prompt", default=None)
     p.add_argument("--temperature", type=float, default=None)
-    p.add_argument("--max-tokens", type=int, default=None)
+    p.add_argument("--max-tokens", type=int, default=None, help="token budget of each policy reply")
+    p.add_argument(
+        "--max-summary-tokens",
+        type=int,
+        default=1024,
+        help="token budget of each --context summary, apart from --max-tokens (default 1024)",
+    )
     p.add_argument("--out", type=Path, required=True, help="results folder")
     p.add_argument("--resume", action="store_true", help="continue a run in --out")
     p.set_defaults(func=run)
@@ -63,7 +69,9 @@ def _wrappers(args: argparse.Namespace, client: Any) -> list:
         "none": None,
         "discard-all": lambda env: DiscardAllContext(env, max_context=m),
         "discard-75": lambda env: DiscardContext(env, max_context=m, fraction=0.75),
-        "summary": lambda env: SummaryContext(env, summarizer=client, max_context=m),
+        "summary": lambda env: SummaryContext(
+            env, summarizer=client, max_context=m, max_summary_tokens=args.max_summary_tokens
+        ),
         "thinking": lambda env: ThinkingRetention(env),
     }[args.context]
     return wrappers + ([extra] if extra else [])
@@ -201,9 +209,24 @@ def run(args: argparse.Namespace) -> int:
     if args.episodes < 1 or args.concurrency < 1:
         console.print("[red]error:[/red] -n and --concurrency must be at least 1")
         return 2
+    if args.max_summary_tokens < 1 or (args.max_tokens is not None and args.max_tokens < 1):
+        console.print("[red]error:[/red] --max-tokens and --max-summary-tokens must be at least 1")
+        return 2
     summary = asyncio.run(_main(args))
     console.print(summary_table(summary))
     console.print(f"results in {args.out}/ (episodes.jsonl, summary.json)")
+    for env_id, s in summary.items():
+        if s.get("context_warnings"):
+            console.print(
+                f"[yellow]{env_id}: in {s['context_warnings']} episodes the --context strategy "
+                "could not keep the chat within --max-context (see context_warnings in "
+                "episodes.jsonl)[/yellow]"
+            )
+        if s.get("summaries_truncated"):
+            console.print(
+                f"[yellow]{env_id}: {s['summaries_truncated']} summaries were cut at "
+                "--max-summary-tokens[/yellow]"
+            )
     missing = sum(s.get("missing", 0) for s in summary.values())
     if missing:
         console.print(f"[yellow]{missing} episodes did not finish; rerun with --resume[/yellow]")

@@ -117,25 +117,44 @@ class Message:
 
 @dataclass
 class Usage:
-    """Token counts as the server reported them."""
+    """Token counts as the server reported them.
+
+    `cached_tokens` are prompt tokens the server served from its prefix cache (part of
+    `prompt_tokens`), read from `prompt_tokens_details.cached_tokens` (OpenAI, vLLM,
+    llama.cpp) or a top-level `cached_tokens`.
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    cached_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             self.prompt_tokens + other.prompt_tokens,
             self.completion_tokens + other.completion_tokens,
             self.total_tokens + other.total_tokens,
+            self.cached_tokens + other.cached_tokens,
         )
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> Usage:
-        """Read the `usage` object of a response (missing fields count as 0)."""
-        d = d or {}
-        p, c = int(d.get("prompt_tokens") or 0), int(d.get("completion_tokens") or 0)
-        return cls(p, c, int(d.get("total_tokens") or p + c))
+        """Read the `usage` object of a response (missing or malformed fields count as 0)."""
+        d = d if isinstance(d, Mapping) else {}
+        details = d.get("prompt_tokens_details")
+        cached = details.get("cached_tokens") if isinstance(details, Mapping) else None
+        p, c = _count(d.get("prompt_tokens")), _count(d.get("completion_tokens"))
+        return cls(
+            p, c, _count(d.get("total_tokens")) or p + c, _count(cached or d.get("cached_tokens"))
+        )
+
+
+def _count(value: Any) -> int:
+    # servers differ: a missing field, null, or a float all read as a whole count
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 @dataclass

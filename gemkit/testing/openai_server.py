@@ -1,7 +1,8 @@
 """A scripted OpenAI-protocol server on 127.0.0.1 for tests and examples: no model, no network.
 
 It speaks `POST /v1/chat/completions` and `GET /v1/models`, answers with replies taken from a
-queue or computed by a callable, counts tokens by a simple word count, injects faults (429 with
+queue or computed by a callable, counts tokens by a simple word count (and cuts a reply at
+the request's `max_tokens` words, with finish reason `length`), injects faults (429 with
 `Retry-After`, 500, slow replies, dropped connections) on chosen requests or with a seeded
 probability, and records every request it got.
 
@@ -45,13 +46,16 @@ class Reply:
     """One scripted assistant message: content, optional reasoning, optional tool calls.
 
     `tool_calls` entries are either `{"name": ..., "arguments": dict | str}` or full OpenAI
-    `{"id", "type": "function", "function": {"name", "arguments"}}` dicts.
+    `{"id", "type": "function", "function": {"name", "arguments"}}` dicts. `usage` replaces
+    the word-count usage the server reports for this reply (e.g. a recorded one, with
+    `prompt_tokens_details.cached_tokens`).
     """
 
     content: str | None = None
     reasoning_content: str | None = None
     tool_calls: list[dict[str, Any]] | None = None
     finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
 
 
 @dataclass
@@ -98,11 +102,17 @@ def as_reply(value: ReplyLike) -> Reply:
     if isinstance(value, str):
         return Reply(content=value)
     if isinstance(value, Mapping):
-        unknown = set(value) - {"content", "reasoning_content", "tool_calls", "finish_reason"}
+        unknown = set(value) - {
+            "content",
+            "reasoning_content",
+            "tool_calls",
+            "finish_reason",
+            "usage",
+        }
         if unknown:
             raise GemkitError(
                 f"scripted reply has unknown keys {sorted(unknown)}; expected content, "
-                "reasoning_content, tool_calls, finish_reason"
+                "reasoning_content, tool_calls, finish_reason, usage"
             )
         return Reply(**dict(value))
     raise GemkitError(f"a scripted reply must be a str, dict or Reply, got {type(value).__name__}")
@@ -341,7 +351,9 @@ class ScriptedOpenAIServer:
     ) -> dict[str, Any]:
         choices = []
         completion_tokens = 0
+        limit = body.get("max_tokens")
         for i, reply in enumerate(replies):
+            reply = cut_to(reply, limit if isinstance(limit, int) and limit > 0 else None)
             message: dict[str, Any] = {"role": "assistant", "content": reply.content}
             if reply.reasoning_content is not None:
                 message["reasoning_content"] = reply.reasoning_content
@@ -358,18 +370,32 @@ class ScriptedOpenAIServer:
         prompt_tokens = sum(
             count_words(_text_of(m)) for m in body["messages"] if isinstance(m, dict)
         )
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if len(replies) == 1 and replies[0].usage is not None:
+            usage = dict(replies[0].usage)
         return {
             "id": f"chatcmpl-scripted-{number}",
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model") or self.model,
             "choices": choices,
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": completion_tokens,
-                "total_tokens": prompt_tokens + completion_tokens,
-            },
+            "usage": usage,
         }
+
+
+def cut_to(reply: Reply, max_tokens: int | None) -> Reply:
+    """The reply a server with `max_tokens` sends: content cut to that many words, `length`."""
+    if max_tokens is None or reply.content is None or reply.tool_calls:
+        return reply
+    words = list(_WORD.finditer(reply.content))
+    if len(words) <= max_tokens:
+        return reply
+    cut = reply.content[: words[max_tokens - 1].end()]
+    return Reply(cut, reply.reasoning_content, None, "length", reply.usage)
 
 
 class _ScriptExhausted(Exception):

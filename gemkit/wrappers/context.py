@@ -13,8 +13,12 @@ Always on:
   follow it, and dropped once a new user message arrives.
 
 Each edit is appended to `info["context_edits"]` as `{strategy, step, removed_messages
-(indices into the list before the edit), tokens_before, tokens_after, ...}`. A tool call is
-never split from its results. Edits apply to the `ChatHistory` underneath, so wrappers stack:
+(indices into the list before the edit), tokens_before, tokens_after, ...}`; a summary made by
+a model adds the call's `usage` (so rollouts count it with the policy's tokens) and whether
+its reply was cut at its own token budget (`summary_truncated`). When the chat is over budget
+and a strategy cannot bring it back (nothing it may drop, or still over after its edit), a
+record goes to `info["context_warnings"]` and the first one of a wrapper is logged: a limit
+is never passed silently. A tool call is never split from its results. Edits apply to the `ChatHistory` underneath, so wrappers stack:
 `DiscardContext(ThinkingRetention(ChatHistory(ToolEnvWrapper(env))), max_context=32768)`.
 """
 
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -31,6 +36,8 @@ from gemkit.core import ResetResult, StepResult, Wrapper, inner_runs_sync
 from gemkit.errors import GemkitError
 from gemkit.llm.tokens import TokenCounter, as_counter
 from gemkit.wrappers.history import ChatHistory
+
+log = logging.getLogger(__name__)
 
 Messages = list[dict[str, Any]]
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.S)
@@ -179,6 +186,8 @@ class ContextWrapper(Wrapper):
         self.counter = as_counter(counter)
         self.steps = 0
         self.edits: list[dict[str, Any]] = []
+        self.warnings: list[dict[str, Any]] = []
+        self._warned = False
         self._history = _find_history(env, type(self).__name__)
 
     @property
@@ -198,14 +207,36 @@ class ContextWrapper(Wrapper):
         """Async twin of `plan` (summaries call a model here)."""
         return self.plan(messages)
 
+    def shortfall(self, messages: Messages, edited: bool) -> str | None:
+        """Why the chat is still over this strategy's budget (None when it is not)."""
+        return None
+
+    def _warn(self, reason: str, messages: Messages, info: dict[str, Any]) -> dict[str, Any]:
+        record = {
+            "strategy": self.strategy,
+            "step": self.steps,
+            "tokens": self.tokens(messages),
+            "reason": reason,
+        }
+        self.warnings.append(record)
+        if not self._warned:  # once per wrapper: a long run would repeat it every step
+            self._warned = True
+            log.warning("context %s at step %d: %s", self.strategy, self.steps, reason)
+        info = dict(info)
+        info["context_warnings"] = [*info.get("context_warnings", []), record]
+        return info
+
     def _commit(
         self,
         planned: tuple[Messages, dict[str, Any]] | None,
         before: Messages,
         info: dict[str, Any],
+        *,
+        check: bool = True,
     ) -> tuple[Messages, dict[str, Any]]:
         if planned is None:
-            return list(before), info
+            reason = self.shortfall(before, edited=False) if check else None
+            return list(before), info if reason is None else self._warn(reason, before, info)
         new, fields = planned
         record = {
             "strategy": self.strategy,
@@ -220,7 +251,8 @@ class ContextWrapper(Wrapper):
         self.edits.append(record)
         info = dict(info)
         info["context_edits"] = [*info.get("context_edits", []), record]
-        return list(new), info
+        reason = self.shortfall(new, edited=True) if check else None
+        return list(new), info if reason is None else self._warn(reason, new, info)
 
     def _skip(self, terminated: bool, truncated: bool) -> bool:
         # No model call follows a finished episode; editing then would only cost (a summary!).
@@ -231,7 +263,7 @@ class ContextWrapper(Wrapper):
     ) -> ResetResult:
         """Reset the stack; edit the first chat if it is already over budget."""
         _, info = self.env.reset(seed=seed, options=options)
-        self.steps, self.edits = 0, []
+        self.steps, self.edits, self.warnings = 0, [], []
         before = list(self.history.messages)
         return self._commit(self.plan(before), before, info)
 
@@ -240,7 +272,7 @@ class ContextWrapper(Wrapper):
     ) -> ResetResult:
         """Async twin of `reset`."""
         _, info = await self.env.areset(seed=seed, options=options)
-        self.steps, self.edits = 0, []
+        self.steps, self.edits, self.warnings = 0, [], []
         before = list(self.history.messages)
         return self._commit(await self.aplan(before), before, info)
 
@@ -249,8 +281,9 @@ class ContextWrapper(Wrapper):
         _, reward, terminated, truncated, info = self.env.step(action)
         self.steps += 1
         before = list(self.history.messages)
-        planned = None if self._skip(terminated, truncated) else self.plan(before)
-        obs, info = self._commit(planned, before, info)
+        skip = self._skip(terminated, truncated)
+        planned = None if skip else self.plan(before)
+        obs, info = self._commit(planned, before, info, check=not skip)
         return obs, reward, terminated, truncated, info
 
     async def astep(self, action: Any) -> StepResult:
@@ -258,8 +291,9 @@ class ContextWrapper(Wrapper):
         _, reward, terminated, truncated, info = await self.env.astep(action)
         self.steps += 1
         before = list(self.history.messages)
-        planned = None if self._skip(terminated, truncated) else await self.aplan(before)
-        obs, info = self._commit(planned, before, info)
+        skip = self._skip(terminated, truncated)
+        planned = None if skip else await self.aplan(before)
+        obs, info = self._commit(planned, before, info, check=not skip)
         return obs, reward, terminated, truncated, info
 
     def runs_sync(self, method: str | None = None) -> bool:
@@ -296,6 +330,20 @@ class BudgetContext(ContextWrapper):
     def over_budget(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether the chat has reached the trigger."""
         return self.tokens(messages) >= self.threshold
+
+    def shortfall(self, messages: Messages, edited: bool) -> str | None:
+        """Why the chat is still over budget after this step (None when it is within)."""
+        tokens = self.tokens(messages)
+        if tokens < self.threshold:
+            return None
+        where = f"{tokens} tokens >= the trigger {self.threshold} ({self.trigger:g} x {self.max_context})"
+        if edited:
+            return f"still over budget after the {self.strategy} edit: {where}"
+        return f"over budget and nothing to edit: {where}; {self.why_not(messages)}"
+
+    def why_not(self, messages: Messages) -> str:
+        """What this strategy lacked to act on an over-budget chat (for the warning)."""
+        return "the strategy found nothing it may change"
 
 
 class DiscardContext(BudgetContext):
@@ -341,6 +389,16 @@ class DiscardContext(BudgetContext):
             return None
         return new, {"removed_messages": removed, "fraction": self.fraction}
 
+    def why_not(self, messages: Messages) -> str:
+        """No droppable turn: say whether plain turns (which `include_plain` drops) exist."""
+        turns = tool_turns(messages, include_plain=self.include_plain)
+        if not self.include_plain and tool_turns(messages, include_plain=True):
+            return (
+                "the chat has no tool-call turn to drop, only plain turns (an env without "
+                "tools): DiscardContext(include_plain=True) drops those"
+            )
+        return f"{len(turns)} turn(s) and keep_last={self.keep_last}: none may be dropped"
+
 
 class DiscardAllContext(DiscardContext):
     """Over budget: drop every tool-call turn but the newest `keep_last` (default 1)."""
@@ -373,7 +431,10 @@ class SummaryContext(BudgetContext):
 
     `summarizer` is an `LLMClient` (asked with `prompt` appended to the chat), a policy (its
     `act` gets the same list), or a function `messages -> str` (sync or async) that gets the
-    chat itself. `<think>` blocks are removed from the summary.
+    chat itself. `<think>` blocks are removed from the summary. A client's summary has its own
+    token budget, `max_summary_tokens`, whatever `max_tokens` the client sends for the
+    policy's short moves; a reply cut at that budget is kept and flagged
+    `summary_truncated`. Calls by a client or an LLM policy record their `usage` in the edit.
     """
 
     strategy: ClassVar[str] = "summary"
@@ -387,6 +448,7 @@ class SummaryContext(BudgetContext):
         trigger: float = 0.8,
         prompt: str = SUMMARY_PROMPT,
         template: str = SUMMARY_TEMPLATE,
+        max_summary_tokens: int = 1024,
         counter: TokenCounter | Callable[[str], int] | None = None,
     ):
         if not (hasattr(summarizer, "chat") or hasattr(summarizer, "act") or callable(summarizer)):
@@ -396,38 +458,58 @@ class SummaryContext(BudgetContext):
             )
         if "{summary}" not in template:
             raise GemkitError("the summary template must contain '{summary}'")
+        if not isinstance(max_summary_tokens, int) or max_summary_tokens <= 0:
+            raise GemkitError(
+                f"max_summary_tokens must be a positive number of tokens, got {max_summary_tokens!r}"
+            )
         super().__init__(env, max_context=max_context, trigger=trigger, counter=counter)
         self.summarizer = summarizer
         self.prompt = prompt
         self.template = template
+        self.max_summary_tokens = max_summary_tokens
 
     def _request(self, messages: Messages) -> Any:
+        """The summarizer's answer: a `Summary`, or an awaitable of one."""
         s = self.summarizer
+        asked = [*messages, {"role": "user", "content": self.prompt}]
         if hasattr(s, "chat"):
-            return _content_of(s.chat([*messages, {"role": "user", "content": self.prompt}]))
+            return _client_summary(s.chat(asked, max_tokens=self.max_summary_tokens))
         if hasattr(s, "act"):
-            return s.act([*messages, {"role": "user", "content": self.prompt}])
-        return s(list(messages))
+            return _policy_summary(s, s.act(asked))
+        return _function_summary(s(list(messages)))
 
     def _build(self, messages: Messages, summary: Any) -> tuple[Messages, dict[str, Any]]:
-        if not isinstance(summary, str):
-            raise GemkitError(f"the summarizer must return a str, got {type(summary).__name__}")
+        text, extra = summary
+        if not isinstance(text, str):
+            raise GemkitError(f"the summarizer must return a str, got {type(text).__name__}")
         t = task_index(messages)
         head = [dict(m) for m in messages[: t + 1]]
         note = {
             "role": "user",
-            "content": self.template.format(summary=strip_think(summary).strip()),
+            "content": self.template.format(summary=strip_think(text).strip()),
         }
         new = [*head, note]
         removed = list(range(t + 1, len(messages)))
+        if extra.get("summary_truncated"):
+            log.warning(
+                "a summary was cut at max_summary_tokens=%d; raise it", self.max_summary_tokens
+            )
         return new, {
             "removed_messages": removed,
             "inserted_messages": [{"index": len(head), "message": note}],
+            **extra,
         }
+
+    def _can_summarize(self, messages: Messages) -> bool:
+        return self.over_budget(messages) and len(messages) > task_index(messages) + 1
+
+    def why_not(self, messages: Messages) -> str:
+        """Only the task (and system prompt) is left: nothing to summarise."""
+        return "only the task is left, there is nothing to summarise (the task alone is too long)"
 
     def plan(self, messages: Messages) -> tuple[Messages, dict[str, Any]] | None:
         """Summarise when over budget (an async summarizer runs on a private event loop)."""
-        if not self.over_budget(messages) or len(messages) <= task_index(messages) + 1:
+        if not self._can_summarize(messages):
             return None
         summary = self._request(messages)
         if inspect.isawaitable(summary):
@@ -446,7 +528,7 @@ class SummaryContext(BudgetContext):
 
     async def aplan(self, messages: Messages) -> tuple[Messages, dict[str, Any]] | None:
         """Async twin of `plan`."""
-        if not self.over_budget(messages) or len(messages) <= task_index(messages) + 1:
+        if not self._can_summarize(messages):
             return None
         summary = self._request(messages)
         if inspect.isawaitable(summary):
@@ -458,12 +540,53 @@ class SummaryContext(BudgetContext):
         return False
 
 
+def usage_dict(usage: Any) -> dict[str, int]:
+    """The token counts of a `Usage` as a plain dict (cached tokens only when reported)."""
+    out = {
+        "prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
+        "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0),
+    }
+    cached = getattr(usage, "cached_tokens", None)
+    if cached:
+        out["cached_tokens"] = int(cached)
+    return out
+
+
+async def _client_summary(response: Any) -> tuple[str, dict[str, Any]]:
+    r = await response
+    extra = {"usage": usage_dict(r.usage), "summary_truncated": r.finish_reason == "length"}
+    return r.content, extra
+
+
+def _policy_summary(policy: Any, action: Any) -> Any:
+    def read(text: Any) -> tuple[Any, dict[str, Any]]:
+        response = getattr(policy, "last_response", None)
+        if response is None:
+            return text, {}
+        truncated = getattr(response, "finish_reason", None) == "length"
+        return text, {"usage": usage_dict(response.usage), "summary_truncated": truncated}
+
+    if inspect.isawaitable(action):
+
+        async def later() -> tuple[Any, dict[str, Any]]:
+            return read(await action)
+
+        return later()
+    return read(action)
+
+
+def _function_summary(value: Any) -> Any:
+    if inspect.isawaitable(value):
+
+        async def later() -> tuple[Any, dict[str, Any]]:
+            return await value, {}
+
+        return later()
+    return value, {}
+
+
 async def _awaited(value: Any) -> Any:
     return await value
-
-
-async def _content_of(response: Any) -> str:
-    return (await response).content
 
 
 def _find_history(env: Any, who: str) -> ChatHistory:

@@ -277,3 +277,39 @@ def test_sync_server_serves_a_client_run_under_asyncio_run_twice():
 def test_scripted_server_rejects_an_unknown_fault_kind():
     with pytest.raises(GemkitError, match="unknown fault kind 'explode'"):
         ScriptedOpenAIServer([], faults={1: "explode"})
+
+
+async def test_no_sampling_parameter_is_sent_unless_given():
+    # the server's own defaults apply: the client invents no temperature
+    async with ScriptedOpenAIServer(["a"]) as srv, client_for(srv) as client:
+        await client.chat([{"role": "user", "content": "x"}])
+    body = srv.chat_requests[0].body
+    assert set(body) == {"model", "messages"}
+
+
+async def test_cached_prompt_tokens_are_read_and_summed():
+    usage = {"prompt_tokens": 300, "completion_tokens": 5, "total_tokens": 305,
+             "prompt_tokens_details": {"cached_tokens": 120}}  # fmt: skip
+    script = [Reply("a", usage=usage), Reply("b", usage={"prompt_tokens": 10, "cached_tokens": 4})]
+    async with ScriptedOpenAIServer(script) as srv, client_for(srv) as client:
+        r1 = await client.chat([{"role": "user", "content": "x"}])
+        await client.chat([{"role": "user", "content": "y"}])
+    assert (r1.usage.prompt_tokens, r1.usage.cached_tokens) == (300, 120)
+    assert (client.usage.prompt_tokens, client.usage.cached_tokens) == (310, 124)
+
+
+def test_malformed_usage_fields_read_as_zero():
+    from gemkit.llm.client import Usage
+
+    odd = Usage.from_dict({"prompt_tokens": None, "completion_tokens": "x", "total_tokens": 7.0,
+                           "prompt_tokens_details": "n/a"})  # fmt: skip
+    assert (odd.prompt_tokens, odd.completion_tokens, odd.total_tokens, odd.cached_tokens) == (
+        0, 0, 7, 0,
+    )  # fmt: skip
+    assert Usage.from_dict([1, 2]) == Usage()
+
+
+async def test_the_scripted_server_cuts_a_reply_at_max_tokens_words():
+    async with ScriptedOpenAIServer(["one two three four"]) as srv, client_for(srv) as client:
+        r = await client.chat([{"role": "user", "content": "x"}], max_tokens=2)
+    assert (r.content, r.finish_reason, r.usage.completion_tokens) == ("one two", "length", 2)

@@ -511,3 +511,86 @@ def test_every_observation_of_a_managed_episode_is_a_valid_chat(moves, max_conte
         obs = env.step(actions[move])[0]
         assert tool_pairing_errors(obs) == []
         assert obs[0] == TASK
+
+
+# -- accounting: every model call counted, summaries on their own budget, no silent limit -------
+
+
+def plain_stack(wrapper: type, **kwargs: Any) -> Any:
+    """A tool-free chat: the env answers each action with a user message."""
+    return wrapper(ChatHistory(Echo()), counter=overhead_only, **kwargs)
+
+
+def test_a_client_summary_has_its_own_budget_and_records_its_usage():
+    summary = "one two three four five six seven eight nine ten"
+    with ScriptedOpenAIServer([summary]) as srv:
+        # the client's own default budget (for short policy moves) would cut the summary
+        client = LLMClient(base_url=srv.base_url, model="m", max_tokens=3)
+        env = stack(
+            SummaryContext, summarizer=client, max_context=20, max_summary_tokens=64,
+            template="{summary}",
+        )  # fmt: skip
+        env.reset()
+        env.step(SEARCH)
+        _, _, _, _, info = env.step(SEARCH)
+        body = srv.answered[0].body
+    assert body["max_tokens"] == 64, "the summary call sends its own budget"
+    (edit,) = info["context_edits"]
+    assert edit["inserted_messages"][0]["message"]["content"] == summary
+    assert edit["summary_truncated"] is False
+    prompt_words = sum(len((m["content"] or "").split()) for m in body["messages"])
+    assert edit["usage"] == {"prompt_tokens": prompt_words, "completion_tokens": 10}
+
+
+def test_a_summary_cut_at_its_budget_is_kept_and_flagged():
+    with ScriptedOpenAIServer(["a b c d e f g h"]) as srv:
+        client = LLMClient(base_url=srv.base_url, model="m")
+        env = stack(
+            SummaryContext, summarizer=client, max_context=20, max_summary_tokens=3,
+            template="{summary}",
+        )  # fmt: skip
+        env.reset()
+        env.step(SEARCH)
+        _, _, _, _, info = env.step(SEARCH)
+    (edit,) = info["context_edits"]
+    assert edit["summary_truncated"] is True
+    assert edit["inserted_messages"][0]["message"]["content"] == "a b c"
+
+
+def test_discard_on_a_chat_without_tool_calls_warns_instead_of_doing_nothing_silently(caplog):
+    env = plain_stack(DiscardContext, max_context=10)  # fires at 8 tokens = 2 messages
+    env.reset()
+    _, _, _, _, info = env.step("go")
+    assert "context_edits" not in info
+    (warning,) = info["context_warnings"]
+    assert warning["strategy"] == "discard" and warning["step"] == 1
+    assert "include_plain=True" in warning["reason"] and "over budget" in warning["reason"]
+    _, _, _, _, info = env.step("again")
+    assert len(info["context_warnings"]) == 1 and len(env.warnings) == 2
+    assert sum("include_plain=True" in r.message for r in caplog.records) == 1, "logged once"
+
+
+def test_discard_with_plain_turns_acts_and_gives_no_warning():
+    env = plain_stack(DiscardContext, max_context=20, include_plain=True)
+    env.reset()
+    env.step("go")
+    _, _, _, _, info = env.step("again")
+    assert info["context_edits"] and "context_warnings" not in info
+
+
+def test_a_summary_that_leaves_the_chat_over_budget_warns():
+    env = stack(SummaryContext, summarizer=lambda m: "x", max_context=5, template="{summary}")
+    env.reset()
+    _, _, _, _, info = env.step(SEARCH)
+    assert info["context_edits"][0]["strategy"] == "summary"
+    (warning,) = info["context_warnings"]
+    assert warning["reason"].startswith("still over budget after the summary edit")
+
+
+def test_no_warning_within_budget_or_after_the_episode_ends():
+    env = plain_stack(DiscardContext, max_context=1000)
+    env.reset()
+    assert "context_warnings" not in env.step("go")[4]
+    tight = plain_stack(DiscardContext, max_context=10)
+    tight.reset()
+    assert "context_warnings" not in tight.step("stop")[4], "no model call follows the end"
