@@ -29,7 +29,13 @@ from gemkit.synth.qa.logic import (
     walk,
 )
 from gemkit.synth.qa.solver import ClosedBook, ToolSolver, grade
-from gemkit.synth.qa.verify import MAX_CHARS, check_form, check_quality, check_uniqueness
+from gemkit.synth.qa.verify import (
+    MAX_CHARS,
+    check_form,
+    check_quality,
+    check_text,
+    check_uniqueness,
+)
 from gemkit.synth.world.schema import LABEL, NUMBER, RELATIONS, YEAR, search_key
 from gemkit.synth.world.world import Fact, World
 from gemkit.tools.search import SearchArgs, SearchTool
@@ -259,6 +265,18 @@ class RuleAgent:
         if not form["passed"]:
             state.rejected.append({**entry, "stage": "quality", "reason": form["reason"]})
             return False
+        new_support = (
+            [{"doc_id": cand.mention[0], "text": cand.mention[1], "fact": cand.fact.index}]
+            if cand.fact is not None and cand.mention is not None
+            else []
+        )
+        if question is not None:  # a model's rewrite: it must say what the new form says
+            text = check_text(q, new_lf, state.support + new_support, self.world, self.refs)
+            if not text["passed"]:
+                state.rejected.append(
+                    {**entry, "stage": "quality", "reason": text["reason"], "question": q}
+                )
+                return False
         uniq = check_uniqueness(new_lf, state.answer_id, self.index)
         if not uniq["passed"]:
             state.rejected.append({**entry, "stage": "uniqueness", "reason": uniq["reason"]})
@@ -266,8 +284,7 @@ class RuleAgent:
         state.lf = new_lf
         state.question = q
         state.seen |= entity_ids(new_lf)
-        if cand.fact is not None and cand.mention is not None:
-            state.support.append({"doc_id": cand.mention[0], "text": cand.mention[1], "fact": cand.fact.index})
+        state.support.extend(new_support)
         state.edits.append({**entry, "question": q})
         return True
 
@@ -333,7 +350,7 @@ async def verify_state(state: QAState, world: World, doc_text: Any, closed_book:
                        max_chars: int = MAX_CHARS) -> dict[str, Any]:
     """All three stages on the final question, in order; later stages run even if one fails."""
     quality = check_quality(state.question, state.answer_id, state.aliases, state.lf, state.support,
-                            doc_text, world, max_chars)
+                            doc_text, world, max_chars, refs=world_refs(world))
     diff = await difficulty(state, world, closed_book, solver, rng)
     uniq = check_uniqueness(state.lf, state.answer_id, FactIndex.of_world(world))
     return {"quality": quality, "difficulty": diff, "uniqueness": uniq}

@@ -51,18 +51,42 @@ def option_lines(state: QAState, options: list[Candidate], refs: dict[str, str])
 
 
 def parse_reply(text: str, n_options: int) -> tuple[int, str] | None:
-    """`(option index, question)` from the model's JSON reply, or None when it is unusable."""
+    """`(option index, question)` from the model's JSON reply, or None when it is unusable.
+
+    Small models often break the JSON (quotes inside the question left unescaped, the closing
+    brace missing); the two fields are then read by pattern. Whatever is read, the text
+    checks decide whether the rewrite is kept.
+    """
     m = _JSON.search(text or "")
     if not m:
-        return None
+        m = _LOOSE_START.search(text or "")
+        if not m:
+            return None
     try:
         data = json.loads(m.group(0))
         choice, question = int(data["choice"]), str(data["question"]).strip()
     except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-        return None
+        loose = _loose_fields(m.group(0))
+        if loose is None:
+            return None
+        choice, question = loose
     if not 1 <= choice <= n_options or not question:
         return None
     return choice - 1, question
+
+
+_LOOSE_START = re.compile(r"\{.*", re.DOTALL)
+_LOOSE_CHOICE = re.compile(r'"choice"\s*:\s*"?(\d{1,4})"?')
+_LOOSE_QUESTION = re.compile(r'"question"\s*:\s*"(.*)', re.DOTALL)
+
+
+def _loose_fields(text: str) -> tuple[int, str] | None:
+    choice, question = _LOOSE_CHOICE.search(text), _LOOSE_QUESTION.search(text)
+    if choice is None or question is None:
+        return None
+    body = question.group(1).rstrip()
+    body = re.sub(r'"?\s*\}?\s*$', "", body)  # the closing quote and brace, when present
+    return int(choice.group(1)), body.replace('\\"', '"').strip()
 
 
 class LLMAgent(RuleAgent):

@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gemkit.synth.qa.logic import FactIndex, Node, mentions
+from gemkit.synth.qa.logic import FactIndex, Node, entity_ids, mentions
+from gemkit.synth.qa.wording import (
+    asked_type,
+    form_leaves,
+    is_label,
+    named_entities,
+    states_relation,
+    states_value,
+    type_matches,
+)
 from gemkit.synth.world.world import World
 
 #: a question longer than this many characters fails the quality stage
@@ -24,11 +33,59 @@ def check_form(question: str, aliases: Iterable[str], max_chars: int = MAX_CHARS
             "words": len(q.split()), "reason": reason}
 
 
+def check_text(question: str, lf: Node, support: list[dict[str, Any]], world: World,
+               refs: dict[str, str]) -> dict[str, Any]:
+    """The question's text against its logical form: the same answer type, every entity it
+    names in the form and in a supporting fact, every value and relation of the form stated.
+
+    A rewrite that drifts from the form (a new name, a city asked for a person, a dropped
+    detail) fails, so a record's text and form always say the same thing.
+    """
+    problems: list[str] = []
+    asked = asked_type(question)
+    if not type_matches(asked, lf["type"]):
+        wants = "a year or a number" if asked == "value" else asked or "something it does not name"
+        problems.append(f"the question asks for {wants}, the answer is a {lf['type']}")
+    named = named_entities(question, world)
+    in_form = entity_ids(lf)
+    supported = {f.subject for f in _facts(support, world)} | {
+        f.object for f in _facts(support, world) if isinstance(f.object, str)
+    }
+    for eid in sorted(named - in_form):
+        problems.append(f"names {world.entities[eid].name}, which the logical form does not")
+    for eid in sorted((named & in_form) - supported):
+        problems.append(f"names {world.entities[eid].name}, found in no supporting fact")
+    for holder, node in form_leaves(lf):
+        if node["kind"] == "entity":
+            if node["id"] not in named:
+                problems.append(f"does not name {node['name']}, which the logical form does")
+        elif node["kind"] in ("literal", "range") and not states_value(
+            question, node, holder["rel"], refs
+        ):
+            problems.append(f"does not state {node.get('text') or node.get('value')!s}")
+        if not is_label(holder) and not states_relation(question, holder["rel"], holder["dir"]):
+            problems.append(f"does not state the relation {holder['rel']}")
+    return {"passed": not problems, "asked_type": asked, "problems": problems[:6],
+            "reason": "text and logical form disagree: " + problems[0] if problems else ""}
+
+
+def _facts(support: list[dict[str, Any]], world: World) -> list[Any]:
+    return [world.facts[s["fact"]] for s in support if s.get("fact") is not None]
+
+
 def check_quality(question: str, answer_id: str, aliases: Iterable[str], lf: Node,
                   support: list[dict[str, Any]], doc_text: Callable[[str], str | None],
-                  world: World | None, max_chars: int = MAX_CHARS) -> dict[str, Any]:
-    """Stage 1: the form checks, every supporting sentence is in its doc, the answer follows."""
+                  world: World | None, max_chars: int = MAX_CHARS,
+                  refs: dict[str, str] | None = None) -> dict[str, Any]:
+    """Stage 1: the form checks, the text states the logical form (`check_text`), every
+    supporting sentence is in its doc, and the answer follows from them."""
     out = check_form(question, aliases, max_chars)
+    if world is not None:
+        text = check_text(question, lf, support, world, refs or {})
+        out["text"] = text
+        if not text["passed"]:
+            out["passed"] = False
+            out["reason"] = out["reason"] or text["reason"]
     ungrounded = []
     cache: dict[str, str | None] = {}
     for s in support:

@@ -81,3 +81,33 @@ def test_unusable_replies_are_refused_by_the_parser():
     assert parse_reply("sure! ```json\n{\"choice\": 1, \"question\": \"Q?\"}\n```", 1) == (0, "Q?")
     assert parse_reply('{"choice": 9, "question": "Q?"}', 3) is None
     assert parse_reply("no json here", 3) is None
+
+
+def drifting_model(body: dict) -> str:
+    """Applies option 1, then asks for a city and names an entity the form never mentions:
+    the drift a real small model showed ("In which city did Pouharn Propim work for ...?")."""
+    system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+    if "Reply with JSON" not in system:
+        return "Nobody Knows"
+    question = user.split("\n")[0].removeprefix("Question: ")
+    n, _, before, after = OPTION.search(user).groups()
+    rest = question.replace(before, after).split(" ", 2)[2]
+    return json.dumps({"choice": int(n), "question": f"In which city did Pouharn Propim {rest}"})
+
+
+def test_a_model_whose_text_drifts_from_the_form_gets_no_record_kept(tmp_path):
+    with ScriptedOpenAIServer(drifting_model) as srv:
+        stats = run(tmp_path, RunConfig(n=1, llm_url=srv.base_url, model="m",
+                                        max_items_factor=3, **CONFIG), export=False)
+    assert stats.kept == 0 and read_records(tmp_path) == []
+    rejected = [json.loads(x) for x in (tmp_path / "rejected.jsonl").read_text().splitlines()]
+    reasons = [e["reason"] for r in rejected for e in r["rejected_edits"]]
+    assert any("text and logical form disagree: the question asks for city" in x for x in reasons)
+    drifted = [e for r in rejected for e in r["rejected_edits"] if "disagree" in e["reason"]]
+    assert all(e["question"].startswith("In which city did Pouharn Propim") for e in drifted)
+
+
+def test_a_reply_with_unescaped_quotes_is_still_read():
+    text = '{"choice": 5, "question": "In which city is the film "A Winter in Tor" set?"}'
+    assert parse_reply(text, 6) == (4, 'In which city is the film "A Winter in Tor" set?')
+    assert parse_reply('{"choice": "2", "question": "Which city?"', 3) == (1, "Which city?")

@@ -161,3 +161,82 @@ def test_a_place_is_never_blurred_into_an_entity_the_question_already_described(
                                  if c.fact is not None]
     assert [c.fact.object for c in place_fuzzes(set())] == [country]
     assert place_fuzzes({country}) == []
+
+
+# -- the text must say what the logical form says ---------------------------------------------
+
+
+def text_of(world, k):
+    from gemkit.synth.qa.agent import world_refs
+    from gemkit.synth.qa.verify import check_text
+
+    s = seed_state(world, k)
+    refs = world_refs(world)
+    return s, (lambda q: check_text(q, s.lf, s.support, world, refs))
+
+
+def first_entity(s, world):
+    from gemkit.synth.qa.logic import entity_ids
+
+    return world.entities[sorted(entity_ids(s.lf))[0]]
+
+
+def test_template_questions_pass_the_text_check(env):
+    world = env[0]
+    for k in range(40):
+        s, check = text_of(world, k)
+        verdict = check(s.question)
+        assert verdict["passed"], (s.question, verdict["problems"])
+
+
+def test_a_question_asking_for_another_type_is_rejected(env):
+    world = env[0]
+    s, check = text_of(world, 0)
+    wrong = "city" if s.lf["type"] != "city" else "person"
+    head = s.question.split(" ", 2)  # "Which <noun> <rest>"
+    verdict = check(f"In which {wrong} {head[2]}")
+    assert not verdict["passed"]
+    assert f"asks for {wrong}, the answer is a {s.lf['type']}" in verdict["reason"]
+    assert not check("In what year " + head[2])["passed"]
+
+
+def test_a_name_outside_the_form_or_the_facts_is_rejected(env):
+    world = env[0]
+    s, check = text_of(world, 1)
+    from gemkit.synth.qa.logic import entity_ids
+
+    named = entity_ids(s.lf) | {s.answer_id}
+    stranger = next(e for e in world.entities.values() if e.id not in named and e.type == "person")
+    verdict = check(s.question[:-1] + f" and knew {stranger.name}?")
+    assert not verdict["passed"]
+    assert f"names {stranger.name}, which the logical form does not" in verdict["problems"]
+
+
+def test_a_dropped_entity_or_value_is_rejected(env):
+    world = env[0]
+    s, check = text_of(world, 2)
+    e = first_entity(s, world)
+    ref = next(a for a in (e.ref, e.name) if a in s.question)
+    verdict = check(s.question.replace(ref, "somewhere"))
+    assert not verdict["passed"] and any(e.name in p for p in verdict["problems"])
+    years = [w for w in s.question.replace("?", "").split() if w.isdigit() and len(w) == 4]
+    if years:
+        assert not check(s.question.replace(years[0], "some year"))["passed"]
+
+
+def test_a_name_in_the_form_but_no_supporting_fact_is_rejected(env):
+    world = env[0]
+    from gemkit.synth.qa.agent import world_refs
+    from gemkit.synth.qa.verify import check_text
+
+    s = seed_state(world, 3)
+    verdict = check_text(s.question, s.lf, [], world, world_refs(world))
+    assert not verdict["passed"] and "found in no supporting fact" in verdict["reason"]
+
+
+def test_check_quality_rejects_text_that_disagrees_with_the_form(env):
+    world, index, _, _ = env
+    s = seed_state(world, 4)
+    drifted = "In which year " + s.question.split(" ", 2)[2]
+    q = check_quality(drifted, s.answer_id, s.aliases, s.lf, s.support, doc_text(index), world)
+    assert not q["passed"] and q["reason"].startswith("text and logical form disagree")
