@@ -42,8 +42,19 @@ from gemkit.tools.search import SearchArgs, SearchTool
 
 #: answer types a seed question may ask for, with their weights (few countries/awards exist,
 #: so a closed-book guess would hit them too often)
-SEED_TYPES = {"person": 3.0, "company": 1.5, "university": 1.0, "book": 1.5, "film": 1.5,
-              "band": 1.0, "railway": 1.0, "mountain": 0.8, "river": 0.8, "event": 1.0, "city": 1.0}
+SEED_TYPES = {
+    "person": 3.0,
+    "company": 1.5,
+    "university": 1.0,
+    "book": 1.5,
+    "film": 1.5,
+    "band": 1.0,
+    "railway": 1.0,
+    "mountain": 0.8,
+    "river": 0.8,
+    "event": 1.0,
+    "city": 1.0,
+}
 
 
 class EditCounts:
@@ -136,7 +147,9 @@ def _value(world: World, rel: str, value: Any) -> Node:
     return literal_node(value)
 
 
-def make_seed(world: World, index: FactIndex, rng: np.random.Generator, tries: int = 20) -> QAState | None:
+def make_seed(
+    world: World, index: FactIndex, rng: np.random.Generator, tries: int = 20
+) -> QAState | None:
     """A seed question about a random entity: one fact naming another entity, one year or number.
 
     Facts are added (up to four) until the answer is the only entity that fits.
@@ -149,8 +162,14 @@ def make_seed(world: World, index: FactIndex, rng: np.random.Generator, tries: i
         ids = world.by_type[t]
         eid = ids[int(rng.integers(len(ids)))]
         out_facts = [world.facts[i] for i in world.by_subject.get(eid, ())]
-        in_facts = [world.facts[i] for i in world.by_object.get(eid, ()) if RELATIONS[world.facts[i].relation].in_vp]
-        linked = [(f, "out") for f in out_facts if RELATIONS[f.relation].is_entity] + [(f, "in") for f in in_facts]
+        in_facts = [
+            world.facts[i]
+            for i in world.by_object.get(eid, ())
+            if RELATIONS[world.facts[i].relation].in_vp
+        ]
+        linked = [(f, "out") for f in out_facts if RELATIONS[f.relation].is_entity] + [
+            (f, "in") for f in in_facts
+        ]
         literal = [(f, "out") for f in out_facts if RELATIONS[f.relation].obj in (YEAR, NUMBER)]
         labels = [(f, "out") for f in out_facts if RELATIONS[f.relation].obj == LABEL]
         if not linked or not literal:
@@ -209,31 +228,44 @@ class RuleAgent:
         order = rng.permutation(len(paths))
         return sorted((paths[i] for i in order), key=len, reverse=True)
 
-    async def inject_options_for(self, state: QAState, path: tuple[Any, ...],
-                                 want_entity: bool) -> list[Candidate]:
+    async def inject_options_for(
+        self, state: QAState, path: tuple[Any, ...], want_entity: bool
+    ) -> list[Candidate]:
         """Injection candidates for the entity at `path`, from what a search for its name returns."""
         name = get(state.lf, path)["name"]
         self.search_calls += 1
         result = await self.search.call(SearchArgs(query=search_key(name), topk=5))
         docs = result.metadata.get("docs") or []
         used = {s["fact"] for s in state.support if s.get("fact") is not None}
-        cands = inject_candidates(state.lf, path, docs, self.world, self.index, state.answer_id,
-                                  want_entity, state.seen, used, self.config.max_fits)
+        cands = inject_candidates(
+            state.lf,
+            path,
+            docs,
+            self.world,
+            self.index,
+            state.answer_id,
+            want_entity,
+            state.seen,
+            used,
+            self.config.max_fits,
+        )
         if want_entity and len(entity_ids(state.lf)) <= 1:
             # the last named entity: a description without one would end the chain
             cands = [c for c in cands if c.new["where"][0]["value"]["kind"] == "entity"]
         return cands
 
-    async def inject_options(self, state: QAState, rng: np.random.Generator, want_entity: bool,
-                             max_entities: int = 3) -> list[Candidate]:
+    async def inject_options(
+        self, state: QAState, rng: np.random.Generator, want_entity: bool, max_entities: int = 3
+    ) -> list[Candidate]:
         """Injection candidates for up to `max_entities` entities of the form, found by search."""
         out: list[Candidate] = []
         for path in self.inject_targets(state, rng)[:max_entities]:
             out += await self.inject_options_for(state, path, want_entity)
         return out
 
-    def fuzz_options(self, state: QAState, rng: np.random.Generator,
-                     keep_entities: int = 0) -> list[Candidate]:
+    def fuzz_options(
+        self, state: QAState, rng: np.random.Generator, keep_entities: int = 0
+    ) -> list[Candidate]:
         """Fuzz candidates in random order.
 
         Blurring a name ("a textile company") removes a named entity; while injections are
@@ -259,8 +291,12 @@ class RuleAgent:
         holder_rel = self._holder_rel(state.lf, cand.path)
         before = node_text(get(state.lf, cand.path), holder_rel, self.refs)
         after = node_text(cand.new, holder_rel, self.refs)
-        entry = {"op": cand.op, "before": before, "after": after,
-                 "fact": {"doc_id": cand.mention[0], "text": cand.mention[1]} if cand.mention else None}
+        entry = {
+            "op": cand.op,
+            "before": before,
+            "after": after,
+            "fact": {"doc_id": cand.mention[0], "text": cand.mention[1]} if cand.mention else None,
+        }
         form = check_form(q, state.aliases, self.config.max_chars)
         if not form["passed"]:
             state.rejected.append({**entry, "stage": "quality", "reason": form["reason"]})
@@ -321,8 +357,13 @@ class RuleAgent:
         return state
 
 
-async def difficulty(state: QAState, world: World, closed_book: ClosedBook, solver: ToolSolver,
-                     rng: np.random.Generator) -> dict[str, Any]:
+async def difficulty(
+    state: QAState,
+    world: World,
+    closed_book: ClosedBook,
+    solver: ToolSolver,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
     """Stage 2: closed-book baselines must all fail; the tool solver must find the answer."""
     guesses = closed_book.guesses(state.question, state.lf["type"], rng)
     flat = [g for gs in guesses.values() for g in gs]
@@ -333,7 +374,11 @@ async def difficulty(state: QAState, world: World, closed_book: ClosedBook, solv
     if correct:
         reason = "a closed-book baseline answered it"
     elif not success:
-        reason = "the tool solver ran out of calls" if solved.exhausted else "the tool solver did not find it"
+        reason = (
+            "the tool solver ran out of calls"
+            if solved.exhausted
+            else "the tool solver did not find it"
+        )
     return {
         "passed": correct == 0 and success,
         "closed_book_correct": correct,
@@ -345,12 +390,27 @@ async def difficulty(state: QAState, world: World, closed_book: ClosedBook, solv
     }
 
 
-async def verify_state(state: QAState, world: World, doc_text: Any, closed_book: ClosedBook,
-                       solver: ToolSolver, rng: np.random.Generator,
-                       max_chars: int = MAX_CHARS) -> dict[str, Any]:
+async def verify_state(
+    state: QAState,
+    world: World,
+    doc_text: Any,
+    closed_book: ClosedBook,
+    solver: ToolSolver,
+    rng: np.random.Generator,
+    max_chars: int = MAX_CHARS,
+) -> dict[str, Any]:
     """All three stages on the final question, in order; later stages run even if one fails."""
-    quality = check_quality(state.question, state.answer_id, state.aliases, state.lf, state.support,
-                            doc_text, world, max_chars, refs=world_refs(world))
+    quality = check_quality(
+        state.question,
+        state.answer_id,
+        state.aliases,
+        state.lf,
+        state.support,
+        doc_text,
+        world,
+        max_chars,
+        refs=world_refs(world),
+    )
     diff = await difficulty(state, world, closed_book, solver, rng)
     uniq = check_uniqueness(state.lf, state.answer_id, FactIndex.of_world(world))
     return {"quality": quality, "difficulty": diff, "uniqueness": uniq}

@@ -92,9 +92,18 @@ def _loose_fields(text: str) -> tuple[int, str] | None:
 class LLMAgent(RuleAgent):
     """The rule agent's state and tools, with a model choosing and rewriting each edit."""
 
-    def __init__(self, world: World, search: SearchTool, base_url: str, model: str | None,
-                 config: AgentConfig | None = None, *, client: Any = None, options: int = 6,
-                 temperature: float = 0.7):
+    def __init__(
+        self,
+        world: World,
+        search: SearchTool,
+        base_url: str,
+        model: str | None,
+        config: AgentConfig | None = None,
+        *,
+        client: Any = None,
+        options: int = 6,
+        temperature: float = 0.7,
+    ):
         super().__init__(world, search, config)
         if client is None:
             from gemkit.llm import LLMClient
@@ -114,8 +123,10 @@ class LLMAgent(RuleAgent):
     async def grow(self, state: QAState, rng: np.random.Generator) -> QAState:
         """Offer options each step; apply the model's choice with its rewritten question."""
         cfg = self.config
-        target = {"inject": cfg.min_inject + int(rng.random() < cfg.extra_inject),
-                  "fuzz": cfg.min_fuzz + int(rng.random() < cfg.extra_fuzz)}
+        target = {
+            "inject": cfg.min_inject + int(rng.random() < cfg.extra_inject),
+            "fuzz": cfg.min_fuzz + int(rng.random() < cfg.extra_fuzz),
+        }
         failures = 0
         for _ in range(cfg.max_steps):
             need_inject = target["inject"] - state.n_inject
@@ -124,31 +135,55 @@ class LLMAgent(RuleAgent):
                 break
             options: list[Candidate] = []
             if need_inject > 0:
-                options += (await self.inject_options(state, rng, want_entity=need_inject > 1))[: self.options // 2]
+                options += (await self.inject_options(state, rng, want_entity=need_inject > 1))[
+                    : self.options // 2
+                ]
             if need_fuzz > 0:
                 keep = 1 if need_inject > 0 else 0
                 options += self.fuzz_options(state, rng, keep)[: self.options - len(options)]
             if not options:
                 break
             lines = option_lines(state, options, self.refs)
-            prompt = (f"Question: {state.question}\nAnswer (do not reveal): {state.answer}\n\n"
-                      "Options:\n" + "\n".join(lines))
-            text = await self._ask([{"role": "system", "content": EDIT_SYSTEM},
-                                    {"role": "user", "content": prompt}], self.temperature)
+            prompt = (
+                f"Question: {state.question}\nAnswer (do not reveal): {state.answer}\n\n"
+                "Options:\n" + "\n".join(lines)
+            )
+            text = await self._ask(
+                [{"role": "system", "content": EDIT_SYSTEM}, {"role": "user", "content": prompt}],
+                self.temperature,
+            )
             parsed = parse_reply(text, len(options))
             if parsed is None:
                 self.bad_replies += 1
                 failures += 1
-                state.rejected.append({"op": "?", "before": "", "after": "", "fact": None,
-                                       "stage": "quality", "reason": f"unusable model reply: {text[:80]!r}"})
+                state.rejected.append(
+                    {
+                        "op": "?",
+                        "before": "",
+                        "after": "",
+                        "fact": None,
+                        "stage": "quality",
+                        "reason": f"unusable model reply: {text[:80]!r}",
+                    }
+                )
                 continue
             choice, question = parsed
             cand = options[choice]
-            before = node_text(get(state.lf, cand.path), self._holder_rel(state.lf, cand.path), self.refs)
+            before = node_text(
+                get(state.lf, cand.path), self._holder_rel(state.lf, cand.path), self.refs
+            )
             if mentions(question, before):
                 failures += 1
-                state.rejected.append({"op": cand.op, "before": before, "after": "", "fact": None,
-                                       "stage": "quality", "reason": "the rewrite still states the replaced phrase"})
+                state.rejected.append(
+                    {
+                        "op": cand.op,
+                        "before": before,
+                        "after": "",
+                        "fact": None,
+                        "stage": "quality",
+                        "reason": "the rewrite still states the replaced phrase",
+                    }
+                )
                 continue
             if not self.try_edit(state, cand, question=question):
                 failures += 1
@@ -159,9 +194,18 @@ class LLMAgent(RuleAgent):
         k = self.config.closed_book_samples
         answers = []
         for _ in range(k):
-            answers.append(await self._ask([{"role": "system", "content": CLOSED_BOOK_SYSTEM},
-                                            {"role": "user", "content": state.question}], 1.0))
-        correct = sum(grade(a, state.aliases) or any(mentions(a, x) for x in state.aliases) for a in answers)
+            answers.append(
+                await self._ask(
+                    [
+                        {"role": "system", "content": CLOSED_BOOK_SYSTEM},
+                        {"role": "user", "content": state.question},
+                    ],
+                    1.0,
+                )
+            )
+        correct = sum(
+            grade(a, state.aliases) or any(mentions(a, x) for x in state.aliases) for a in answers
+        )
         out = dict(difficulty)
         out["closed_book_correct"] = difficulty["closed_book_correct"] + correct
         out["closed_book_tries"] = difficulty["closed_book_tries"] + k

@@ -27,14 +27,24 @@ def check_form(question: str, aliases: Iterable[str], max_chars: int = MAX_CHARS
     leaked = [a for a in aliases if a and mentions(q, a)]
     one = q.count("?") == 1 and q.endswith("?") and "\n" not in q and len(q.split()) >= 4
     ok = one and not leaked and len(q) <= max_chars
-    reason = ("answer leaked: " + leaked[0]) if leaked else \
-        ("not a single question" if not one else ("too long" if len(q) > max_chars else ""))
-    return {"passed": ok, "answer_leaked": bool(leaked), "one_question": one, "chars": len(q),
-            "words": len(q.split()), "reason": reason}
+    reason = (
+        ("answer leaked: " + leaked[0])
+        if leaked
+        else ("not a single question" if not one else ("too long" if len(q) > max_chars else ""))
+    )
+    return {
+        "passed": ok,
+        "answer_leaked": bool(leaked),
+        "one_question": one,
+        "chars": len(q),
+        "words": len(q.split()),
+        "reason": reason,
+    }
 
 
-def check_text(question: str, lf: Node, support: list[dict[str, Any]], world: World,
-               refs: dict[str, str]) -> dict[str, Any]:
+def check_text(
+    question: str, lf: Node, support: list[dict[str, Any]], world: World, refs: dict[str, str]
+) -> dict[str, Any]:
     """The question's text against its logical form: the same answer type, every entity it
     names in the form and in a supporting fact, every value and relation of the form stated.
 
@@ -65,18 +75,29 @@ def check_text(question: str, lf: Node, support: list[dict[str, Any]], world: Wo
             problems.append(f"does not state {node.get('text') or node.get('value')!s}")
         if not is_label(holder) and not states_relation(question, holder["rel"], holder["dir"]):
             problems.append(f"does not state the relation {holder['rel']}")
-    return {"passed": not problems, "asked_type": asked, "problems": problems[:6],
-            "reason": "text and logical form disagree: " + problems[0] if problems else ""}
+    return {
+        "passed": not problems,
+        "asked_type": asked,
+        "problems": problems[:6],
+        "reason": "text and logical form disagree: " + problems[0] if problems else "",
+    }
 
 
 def _facts(support: list[dict[str, Any]], world: World) -> list[Any]:
     return [world.facts[s["fact"]] for s in support if s.get("fact") is not None]
 
 
-def check_quality(question: str, answer_id: str, aliases: Iterable[str], lf: Node,
-                  support: list[dict[str, Any]], doc_text: Callable[[str], str | None],
-                  world: World | None, max_chars: int = MAX_CHARS,
-                  refs: dict[str, str] | None = None) -> dict[str, Any]:
+def check_quality(
+    question: str,
+    answer_id: str,
+    aliases: Iterable[str],
+    lf: Node,
+    support: list[dict[str, Any]],
+    doc_text: Callable[[str], str | None],
+    world: World | None,
+    max_chars: int = MAX_CHARS,
+    refs: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Stage 1: the form checks, the text states the logical form (`check_text`), every
     supporting sentence is in its doc, and the answer follows from them."""
     out = check_form(question, aliases, max_chars)
@@ -103,8 +124,12 @@ def check_quality(question: str, answer_id: str, aliases: Iterable[str], lf: Nod
             f = world.facts[s["fact"]] if s.get("fact") is not None else None
             if f is not None:
                 triples.append((f.subject, f.relation, f.object))
-        types = {e: world.entities[e].type for t in triples for e in (t[0], t[2])
-                 if isinstance(e, str) and e in world.entities}
+        types = {
+            e: world.entities[e].type
+            for t in triples
+            for e in (t[0], t[2])
+            if isinstance(e, str) and e in world.entities
+        }
         follows = answer_id in FactIndex(triples, types).evaluate(lf)
     out["answer_follows"] = follows
     if ungrounded and not out["reason"]:

@@ -34,8 +34,12 @@ def rewriting_model(leak: bool = False):
 def test_llm_mode_writes_verified_records_with_model_questions_and_samples(tmp_path):
     model = rewriting_model()
     with ScriptedOpenAIServer(model) as srv:
-        stats = run(tmp_path, RunConfig(n=2, llm_url=srv.base_url, model="m", **CONFIG), export=False)
-        edit_requests = [r for r in srv.chat_requests if "Reply with JSON" in r.body["messages"][0]["content"]]
+        stats = run(
+            tmp_path, RunConfig(n=2, llm_url=srv.base_url, model="m", **CONFIG), export=False
+        )
+        edit_requests = [
+            r for r in srv.chat_requests if "Reply with JSON" in r.body["messages"][0]["content"]
+        ]
     records = read_records(tmp_path)
     assert stats.kept == 2 and len(records) == 2
     assert edit_requests, "the model chose the edits"
@@ -48,8 +52,11 @@ def test_llm_mode_writes_verified_records_with_model_questions_and_samples(tmp_p
 
 def test_llm_rewrites_that_leak_the_answer_are_rejected_at_quality(tmp_path):
     with ScriptedOpenAIServer(rewriting_model(leak=True)) as srv:
-        stats = run(tmp_path, RunConfig(n=1, llm_url=srv.base_url, model="m",
-                                        max_items_factor=2, **CONFIG), export=False)
+        stats = run(
+            tmp_path,
+            RunConfig(n=1, llm_url=srv.base_url, model="m", max_items_factor=2, **CONFIG),
+            export=False,
+        )
     assert stats.kept == 0
     assert stats.edit_rejections["quality"] > 0
     rejected = (tmp_path / "rejected.jsonl").read_text()
@@ -69,8 +76,11 @@ def test_a_model_that_answers_closed_book_gets_the_record_rejected(tmp_path):
     (first,) = read_records(tmp_path / "a")
     knowing.answer = first["answer"]
     with ScriptedOpenAIServer(knowing) as srv:
-        stats = run(tmp_path / "b", RunConfig(n=1, llm_url=srv.base_url, model="m",
-                                              max_items_factor=1, **CONFIG), export=False)
+        stats = run(
+            tmp_path / "b",
+            RunConfig(n=1, llm_url=srv.base_url, model="m", max_items_factor=1, **CONFIG),
+            export=False,
+        )
     assert stats.rejected == {"difficulty": 1}
     assert read_records(tmp_path / "b") == []
     assert "the model answered it without tools" in (tmp_path / "b" / "rejected.jsonl").read_text()
@@ -78,7 +88,7 @@ def test_a_model_that_answers_closed_book_gets_the_record_rejected(tmp_path):
 
 def test_unusable_replies_are_refused_by_the_parser():
     assert parse_reply('{"choice": 2, "question": "Which city?"}', 3) == (1, "Which city?")
-    assert parse_reply("sure! ```json\n{\"choice\": 1, \"question\": \"Q?\"}\n```", 1) == (0, "Q?")
+    assert parse_reply('sure! ```json\n{"choice": 1, "question": "Q?"}\n```', 1) == (0, "Q?")
     assert parse_reply('{"choice": 9, "question": "Q?"}', 3) is None
     assert parse_reply("no json here", 3) is None
 
@@ -97,8 +107,11 @@ def drifting_model(body: dict) -> str:
 
 def test_a_model_whose_text_drifts_from_the_form_gets_no_record_kept(tmp_path):
     with ScriptedOpenAIServer(drifting_model) as srv:
-        stats = run(tmp_path, RunConfig(n=1, llm_url=srv.base_url, model="m",
-                                        max_items_factor=3, **CONFIG), export=False)
+        stats = run(
+            tmp_path,
+            RunConfig(n=1, llm_url=srv.base_url, model="m", max_items_factor=3, **CONFIG),
+            export=False,
+        )
     assert stats.kept == 0 and read_records(tmp_path) == []
     rejected = [json.loads(x) for x in (tmp_path / "rejected.jsonl").read_text().splitlines()]
     reasons = [e["reason"] for r in rejected for e in r["rejected_edits"]]

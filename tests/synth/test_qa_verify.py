@@ -53,7 +53,10 @@ def test_a_seed_question_passes_quality_and_uniqueness(env):
     assert q["grounded"] == f"{len(s.support)}/{len(s.support)}"
     assert q["answer_follows"] is True
     assert check_uniqueness(s.lf, s.answer_id, FactIndex.of_world(world)) == {
-        "passed": True, "candidates": 1, "reason": ""}
+        "passed": True,
+        "candidates": 1,
+        "reason": "",
+    }
 
 
 def test_quality_rejects_a_leaked_answer(env):
@@ -78,7 +81,9 @@ def test_quality_rejects_an_ungrounded_fact(env):
 def test_quality_rejects_supporting_facts_that_do_not_entail_the_answer(env):
     world, index, _, _ = env
     s = seed_state(world)
-    q = check_quality(s.question, s.answer_id, s.aliases, s.lf, s.support[:1], doc_text(index), world)
+    q = check_quality(
+        s.question, s.answer_id, s.aliases, s.lf, s.support[:1], doc_text(index), world
+    )
     assert q["answer_follows"] is False and not q["passed"]
 
 
@@ -105,13 +110,20 @@ def test_uniqueness_rejects_a_fuzz_that_lets_two_entities_fit(env):
     world, _, search, _ = env
     industry, (y1, c1), (y2, _) = _two_companies_same_industry(world)
     index = FactIndex.of_world(world)
-    lf = query_node("company", [constraint("industry", "out", literal_node(industry)),
-                                constraint("founded", "out", literal_node(y1))])
+    lf = query_node(
+        "company",
+        [
+            constraint("industry", "out", literal_node(industry)),
+            constraint("founded", "out", literal_node(y1)),
+        ],
+    )
     wide = range_node(y1, y2, f"between {y1} and {y2}")
     blurred = query_node("company", [lf["where"][0], constraint("founded", "out", wide)])
     assert len(index.evaluate(blurred)) >= 2
     e = world.entity(c1)
-    state = QAState(question_text(lf), c1, e.name, e.aliases, lf, [], {"question": "", "answer": e.name})
+    state = QAState(
+        question_text(lf), c1, e.name, e.aliases, lf, [], {"question": "", "answer": e.name}
+    )
     assert not RuleAgent(world, search).try_edit(state, Candidate("fuzz", (1,), wide))
     assert state.rejected[-1]["stage"] == "uniqueness"
     assert state.rejected[-1]["reason"] == f"{len(index.evaluate(blurred))} entities fit"
@@ -122,14 +134,34 @@ def test_difficulty_rejects_a_question_the_closed_book_baseline_answers(env):
     world, _, search, access = env
     # the most linked company is exactly what the popularity prior guesses
     popular = max(world.by_type["company"], key=lambda c: world.entity(c).popularity)
-    fact = next(world.facts[i] for i in world.by_subject[popular] if world.facts[i].relation == "founded_by")
-    lf = query_node("company", [constraint("founded_by", "out", entity_node(
-        fact.object, world.entity(fact.object).name, "person"))])
+    fact = next(
+        world.facts[i] for i in world.by_subject[popular] if world.facts[i].relation == "founded_by"
+    )
+    lf = query_node(
+        "company",
+        [
+            constraint(
+                "founded_by",
+                "out",
+                entity_node(fact.object, world.entity(fact.object).name, "person"),
+            )
+        ],
+    )
     e = world.entity(popular)
-    state = QAState(question_text(lf, {fact.object: world.entity(fact.object).ref}), popular, e.name,
-                    e.aliases, lf, [support_of(fact)], {"question": "", "answer": e.name})
-    verdict = asyncio.run(difficulty(state, world, ClosedBook(world), ToolSolver(search, access),
-                                     np.random.default_rng(0)))
+    state = QAState(
+        question_text(lf, {fact.object: world.entity(fact.object).ref}),
+        popular,
+        e.name,
+        e.aliases,
+        lf,
+        [support_of(fact)],
+        {"question": "", "answer": e.name},
+    )
+    verdict = asyncio.run(
+        difficulty(
+            state, world, ClosedBook(world), ToolSolver(search, access), np.random.default_rng(0)
+        )
+    )
     assert verdict["closed_book_correct"] >= 1
     assert not verdict["passed"] and "closed-book" in verdict["reason"]
 
@@ -156,9 +188,14 @@ def test_a_place_is_never_blurred_into_an_entity_the_question_already_described(
     world = env[0]
     city = world.entity(world.by_type["city"][0])
     (country,) = world.objects(city.id, "located_in")
-    lf = query_node("person", [constraint("born_in", "out", entity_node(city.id, city.name, "city"))])
-    place_fuzzes = lambda seen: [c for c in fuzz_candidates(lf, world, np.random.default_rng(0), seen)  # noqa: E731
-                                 if c.fact is not None]
+    lf = query_node(
+        "person", [constraint("born_in", "out", entity_node(city.id, city.name, "city"))]
+    )
+
+    def place_fuzzes(seen):
+        found = fuzz_candidates(lf, world, np.random.default_rng(0), seen)
+        return [c for c in found if c.fact is not None]
+
     assert [c.fact.object for c in place_fuzzes(set())] == [country]
     assert place_fuzzes({country}) == []
 
