@@ -80,6 +80,10 @@ def run_tasks(args: argparse.Namespace) -> int:
             if outcome is not None and getattr(outcome, "record", None) is None:
                 rejected += 1
             bar.update(job, completed=min(kept, n), note=f"rejected {rejected}")
+            if outcome is not None and not console.is_terminal:
+                # no live bar without a terminal (a log file, CI): one plain line per task
+                why = getattr(outcome, "reason", "") or "kept"
+                console.print(f"{getattr(outcome, 'id', '?')}: {why} ({kept}/{n} kept)")
 
         logging.getLogger("datasets").setLevel(logging.ERROR)
         summary = run_synthesis(config, progress)
@@ -98,7 +102,7 @@ def run_tasks(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(
         f"new {summary.new}, resumed {summary.resumed}, rejected {summary.rejected}; "
-        f"records: {config.out / 'tasks.jsonl'}"
+        f"records: {config.out / 'tasks.jsonl'}; progress log: {config.out / 'progress.log'}"
     )
     if len(summary.records) < config.n:
         console.print(

@@ -18,11 +18,15 @@ The kept record stores the program; its tools and verifier run in the sandbox at
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import base64
+import difflib
+import hashlib
 import json
 import logging
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +62,14 @@ current ones cannot express what the harder task needs. Reply with the whole new
 
 REPAIR = """Running your program failed:
 {error}
-Fix it and reply with the whole program in one ```python block."""
+{change}Fix it and reply with the whole program in one ```python block."""
+
+REPEATED = """This program is the same as your attempt {first}, which {outcome}
+Sending it again cannot {goal}: change the program (the part the message above points at) and
+reply with the whole program in one ```python block."""
+
+#: identical programs a conversation may send again (each answered by REPEATED) before it ends
+MAX_REPEATS = 1
 
 #: runs in the sandbox: build the database, run the solution with only the tools, verify
 HARNESS = r'''
@@ -130,13 +141,59 @@ def extract_program(text: str) -> str | None:
 
 def solution_source(program: str) -> str:
     """The source of `solution` alone (the restricted runner checks just that function)."""
-    import ast
-
     tree = ast.parse(program)
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == "solution":
             return ast.get_source_segment(program, node) or ""
     raise ValueError("the program defines no top-level function solution(tools, task)")
+
+
+#: what the program must define at the top level: name -> (kind, how it reads in a message)
+REQUIRED: dict[str, tuple[str, str]] = {
+    "build_database": ("function", "def build_database(conn): ..."),
+    "TOOLS": ("value", "TOOLS = [tool_a, tool_b, ...]"),
+    "TASK": ("value", 'TASK = {"prompt": ..., "answer_format": ..., "constraints": [...]}'),
+    "solution": ("function", "def solution(tools, task): ..."),
+    "verify": ("function", "def verify(db, answer): ..."),
+}
+
+
+def program_problems(program: str) -> list[str]:
+    """Everything missing or misshapen at the program's top level, all at once (no run).
+
+    A model told one problem at a time fixes one per repair, or none; the whole list, with
+    the line of each wrong definition, lets it fix them together.
+    """
+    try:
+        tree = ast.parse(program)
+    except SyntaxError as e:
+        return [f"SyntaxError at line {e.lineno}: {e.msg}"]
+    defined: dict[str, tuple[str, int, str]] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            defined[node.name] = ("function", node.lineno, "a function")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            value = node.value
+            what = _value_kind(value)
+            for t in targets:
+                if isinstance(t, ast.Name):
+                    defined[t.id] = ("value", node.lineno, what)
+    problems = []
+    for name, (kind, shape) in REQUIRED.items():
+        got = defined.get(name)
+        if got is None:
+            near = next((n for n in defined if n.lower() == name.lower()), None)
+            hint = f" (it defines {near!r}: the name must be {name!r})" if near else ""
+            problems.append(f"missing {name}{hint}: write {shape}")
+        elif got[0] != kind:
+            problems.append(f"{name} (line {got[1]}) is {got[2]}, it must be: {shape}")
+    return problems
+
+
+def _value_kind(node: ast.expr | None) -> str:
+    kinds = {ast.Dict: "a dict", ast.List: "a list", ast.Lambda: "a lambda", ast.Constant: "a constant"}
+    return next((v for k, v in kinds.items() if isinstance(node, k)), "a value")
 
 
 def _sandbox() -> Any:
@@ -156,11 +213,15 @@ def _parse_result(stdout: str, stderr: str) -> dict[str, Any]:
 
 
 def run_program(program: str, sandbox: Any = None) -> dict[str, Any]:
-    """Run a model's program in the sandbox: build, solve with only tools, verify."""
-    try:
-        solution = solution_source(program)
-    except (SyntaxError, ValueError) as e:
-        return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+    """Run a model's program in the sandbox: build, solve with only tools, verify.
+
+    A program missing a required definition is refused before the sandbox starts, with
+    every such problem listed.
+    """
+    problems = program_problems(program)
+    if problems:
+        return {"ok": False, "error": "the program cannot run:\n- " + "\n- ".join(problems)}
+    solution = solution_source(program)
     restrict_src = Path(restrict.__file__).read_text(encoding="utf-8")
     code = HARNESS.format(restrict=restrict_src, program=program, solution=solution)
     sb = sandbox or _sandbox()
@@ -224,6 +285,72 @@ async def _chat(client: Any, messages: list[dict[str, str]]) -> str:
     return response.content or ""
 
 
+def normalized(program: str) -> str:
+    """A program without trailing blanks and blank lines: two sends differing only there match."""
+    return "\n".join(line.rstrip() for line in program.splitlines() if line.strip())
+
+
+def change_summary(before: str, after: str) -> str:
+    """How a program changed, in words: 'changed 3 lines (+2, -1)' or 'no change'."""
+    diff = list(difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0))
+    added = sum(d.startswith("+") and not d.startswith("+++") for d in diff)
+    removed = sum(d.startswith("-") and not d.startswith("---") for d in diff)
+    if not added and not removed:
+        return "no change"
+    return f"changed {max(added, removed)} lines (+{added}, -{removed})"
+
+
+class Attempts:
+    """The programs one conversation sent: what each gave, and what the next message says.
+
+    A weak model re-sends nearly the same program after each repair message; telling it
+    what changed (and that the same error came back) and refusing to run a program it
+    already sent keeps a conversation from looping on one failure.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.repeats = 0
+        self._tried: dict[str, tuple[int, str]] = {}  # program key -> (attempt, outcome)
+        self._last: tuple[str, str] | None = None  # (program, feedback) of the last failure
+
+    @staticmethod
+    def key(program: str) -> str:
+        """The identity of a program (its normalized text, hashed)."""
+        return hashlib.sha256(normalized(program).encode()).hexdigest()
+
+    def repeated(self, program: str, level: int) -> str | None:
+        """The message for a program sent before, or None for a new one."""
+        seen = self._tried.get(self.key(program))
+        if seen is None:
+            return None
+        self.repeats += 1
+        first, outcome = seen
+        goal = "pass" if "failed" in outcome else f"make the task harder (level {level})"
+        return REPEATED.format(first=first, outcome=outcome, goal=goal)
+
+    def failed(self, program: str | None, feedback: str) -> str:
+        """Record a failed attempt; the repair message, with what changed since the last one."""
+        change = ""
+        if program is not None and self._last is not None:
+            before, last_feedback = self._last
+            change = f"Compared with your previous program you {change_summary(before, program)}"
+            change += (
+                "; the error is the same, so that change did not fix it.\n"
+                if feedback == last_feedback
+                else ".\n"
+            )
+        if program is not None:
+            self._tried[self.key(program)] = (self.count, f"failed with:\n{feedback}")
+            self._last = (program, feedback)
+        return REPAIR.format(error=feedback, change=change)
+
+    def passed(self, program: str, level: int) -> None:
+        """Record a program that verified at `level` (sending it again asks for no harder task)."""
+        self._tried[self.key(program)] = (self.count, f"verified at level {level}.")
+        self._last = None
+
+
 def synthesize_with_llm(
     config: Any,
     category: Category,
@@ -232,11 +359,18 @@ def synthesize_with_llm(
     rel: str,
     level: int,
     rng: np.random.Generator,
-) -> dict[str, Any] | None:
-    """Ask the model for a program, repair it until it verifies, harden it up to `level`."""
+    note: Callable[[str], None] | None = None,
+) -> tuple[dict[str, Any] | None, str]:
+    """Ask the model for a program, repair it until it verifies, harden it up to `level`.
+
+    Returns the record (None when no level verified) and how the conversation ended;
+    `note(line)` is told each attempt's outcome (the run writes it to its progress log).
+    """
     from gemkit.llm import LLMClient
 
-    async def converse() -> dict[str, Any] | None:
+    say = note or (lambda line: None)
+
+    async def converse() -> tuple[dict[str, Any] | None, str]:
         client = LLMClient(base_url=config.llm, model=config.model, seed=int(rng.integers(2**31)))
         sandbox = _sandbox()
         messages = [
@@ -248,19 +382,37 @@ def synthesize_with_llm(
         ]
         good: dict[str, Any] | None = None
         history: list[dict[str, Any]] = []
+        tries = Attempts()
+        ended = ""
         try:
             current = 1
             repairs = 0
             while True:
                 reply = await _chat(client, messages)
+                tries.count += 1
                 messages.append({"role": "assistant", "content": reply})
                 program = extract_program(reply)
+                again = tries.repeated(program, current) if program else None
+                if again is not None:
+                    say(f"level {current} attempt {tries.count}: the same program as before")
+                    if tries.repeats > MAX_REPEATS:
+                        ended = "the model sent a program it had already sent, again"
+                        break
+                    repairs += 1
+                    if repairs > config.max_repairs:
+                        ended = f"no level-{current} program verified in {repairs} repairs"
+                        break
+                    messages.append({"role": "user", "content": again})
+                    continue
                 result = (
                     run_program(program, sandbox)
                     if program
                     else {"ok": False, "error": "no ```python block in the reply"}
                 )
                 if result.get("ok"):
+                    assert program is not None
+                    tries.passed(program, current)
+                    say(f"level {current} attempt {tries.count}: verified")
                     good = {"program": program, "result": result, "level": current}
                     history.append(
                         {
@@ -272,21 +424,26 @@ def synthesize_with_llm(
                         }
                     )
                     if current >= level:
+                        ended = f"level {current} verified"
                         break
                     current += 1
                     repairs = 0
                     messages.append({"role": "user", "content": HARDER.format(level=current)})
                     continue
+                feedback = _feedback(result)
+                say(f"level {current} attempt {tries.count}: failed: {feedback.splitlines()[0]}")
                 repairs += 1
                 if repairs > config.max_repairs:
+                    ended = f"no level-{current} program verified in {config.max_repairs} repairs"
                     break
-                messages.append({"role": "user", "content": REPAIR.format(error=_feedback(result))})
+                messages.append({"role": "user", "content": tries.failed(program, feedback)})
         finally:
             sandbox.close()
             await client.close()
+        say(f"ended after {tries.count} model replies: {ended}")
         if good is None:
-            return None
-        return _record(good, history, category, tid, db_path, rel, config)
+            return None, ended
+        return _record(good, history, category, tid, db_path, rel, config), ended
 
     return asyncio.run(converse())
 

@@ -4,6 +4,8 @@ Layout of an output folder:
 
     DIR/tasks.jsonl      one record per kept task (append + flush + fsync, in id order)
     DIR/rejected.jsonl   ids tried and not kept (no task, or 0 passes in k tries), with why
+    DIR/progress.log     one line per event (each model reply in LLM mode, each task settled),
+                         to follow a run without a terminal: `tail -f DIR/progress.log`
     DIR/db/<id>.sqlite   each task's database
     DIR/datasets/        the records as a Hugging Face `datasets` folder (at the end)
 
@@ -19,6 +21,7 @@ import functools
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,6 +37,7 @@ log = logging.getLogger(__name__)
 
 TASKS_FILE = "tasks.jsonl"
 REJECTED_FILE = "rejected.jsonl"
+PROGRESS_FILE = "progress.log"
 
 
 @dataclass
@@ -79,8 +83,8 @@ class RunConfig:
 
     @property
     def attempts(self) -> int:
-        """How many task ids may be tried to keep `n` tasks."""
-        return self.max_attempts if self.max_attempts is not None else max(4, 3 * self.n)
+        """How many task ids may be tried to keep `n` tasks (`max_attempts`, default 3N)."""
+        return self.max_attempts if self.max_attempts is not None else 3 * self.n
 
 
 def task_id(category: str, seed: int, index: int) -> str:
@@ -207,8 +211,13 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
     if config.llm:
         from gemkit.synth.tasks.llm import synthesize_with_llm
 
+        def note(line: str) -> None:
+            append_progress(config.out, f"{tid} (target level {level}): {line}")
+
         try:
-            record = synthesize_with_llm(config, category, tid, db_path, rel, level, rng)
+            record, ended = synthesize_with_llm(
+                config, category, tid, db_path, rel, level, rng, note=note
+            )
         except GemkitError as e:  # the endpoint failed even after retries: stop, resumable
             db_path.unlink(missing_ok=True)
             raise TaskSynthesisError(
@@ -217,7 +226,7 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
             ) from e
         if record is None:
             db_path.unlink(missing_ok=True)
-            return Outcome(index, tid, reason="the model's code never verified")
+            return Outcome(index, tid, reason=f"the model's code never verified: {ended}")
     else:
         syn = synthesize(category, db_path, rng, level)
         if syn is None:
@@ -274,6 +283,13 @@ def repair_jsonl(path: Path) -> list[dict[str, Any]]:
         with path.open("r+b") as f:
             f.truncate(good)
     return records
+
+
+def append_progress(out: Path, line: str) -> None:
+    """Append a timestamped line to the run's progress log (one write: workers may share it)."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+    with (out / PROGRESS_FILE).open("a", encoding="utf-8") as f:
+        f.write(f"{stamp} {line}\n")
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:
@@ -336,6 +352,11 @@ def run_synthesis(
     done = {r["id"] for r in records} | {r["id"] for r in rejected}
     resumed = len(records)
     kept = len(records)
+    append_progress(
+        out,
+        f"run: {config.category}, keep {config.n} (have {kept}), at most {config.attempts} ids, "
+        f"{'model ' + str(config.model) if config.llm else 'offline'}",
+    )
     if progress:
         progress(None, kept, config.n)
     todo = [
@@ -353,9 +374,11 @@ def run_synthesis(
             records.append(o.record)
             kept += 1
             new += 1
+            append_progress(out, f"{o.id}: kept at level {o.record['level']} ({kept}/{config.n})")
         else:
             append_jsonl(rejected_file, {"id": o.id, "reason": o.reason})
             n_rejected += 1
+            append_progress(out, f"{o.id}: rejected: {o.reason} ({kept}/{config.n} kept)")
         if progress:
             progress(o, kept, config.n)
 

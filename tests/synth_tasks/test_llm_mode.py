@@ -5,11 +5,12 @@ as a `toolworld:` env whose tools and verifier run in the sandbox."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from gemkit.envs.toolworld.env import load_records, make_toolworld
-from gemkit.synth.tasks.llm import run_program
+from gemkit.synth.tasks.llm import extract_program, program_problems, run_program
 from gemkit.synth.tasks.run import RunConfig, run_synthesis
 from gemkit.testing.openai_server import ScriptedOpenAIServer
 
@@ -42,7 +43,9 @@ def get_price(name: str) -> float:
 TOOLS = [list_items, get_price]
 '''
 
-LEVEL1 = BASE + '''
+LEVEL1 = (
+    BASE
+    + """
 TASK = {"prompt": "Name the cheapest item.", "answer_format": "a JSON string",
         "constraints": ["cheapest: the item is the cheapest"]}
 
@@ -52,14 +55,17 @@ def solution(tools, task):
 def verify(db, answer):
     best = db.execute("SELECT name FROM items ORDER BY price LIMIT 1").fetchone()[0]
     return [] if answer == best else ["cheapest: " + str(answer) + " is not the cheapest"]
-'''
+"""
+)
 
 CHEATING = LEVEL1.replace(
     "def solution(tools, task):\n",
     "def solution(tools, task):\n    import sqlite3\n",
 )
 
-LEVEL2 = BASE + '''
+LEVEL2 = (
+    BASE
+    + """
 TASK = {"prompt": "Name the two cheapest items, cheapest first.", "answer_format": "a JSON list",
         "constraints": ["cheapest_two: the two cheapest items, cheapest first"]}
 
@@ -69,7 +75,8 @@ def solution(tools, task):
 def verify(db, answer):
     best = [r[0] for r in db.execute("SELECT name FROM items ORDER BY price LIMIT 2")]
     return [] if answer == best else ["cheapest_two: expected the two cheapest items"]
-'''
+"""
+)
 
 
 def fenced(code: str) -> str:
@@ -122,7 +129,9 @@ def test_llm_mode_repairs_hardens_records_and_plays(tmp_path):
     env = make_toolworld("shopping_basket", path=tmp_path)
     obs, info = env.reset(seed=0)
     assert "two cheapest" in obs and {t["function"]["name"] for t in info["tools"]} >= {"get_price"}
-    obs, *_ = env.step('<tool_call>{"name": "get_price", "arguments": {"name": "cheese"}}</tool_call>')
+    obs, *_ = env.step(
+        '<tool_call>{"name": "get_price", "arguments": {"name": "cheese"}}</tool_call>'
+    )
     assert "4.0" in obs
     _, reward, terminated, _, info = env.step(json.dumps(["apple", "dates"]))
     assert terminated and reward == 0.0
@@ -147,3 +156,85 @@ def test_an_unreachable_endpoint_stops_the_run_with_a_resumable_message(tmp_path
     with pytest.raises(TaskSynthesisError, match="run the same command again to resume"):
         run_synthesis(config)
     assert not (tmp_path / "rejected.jsonl").exists()
+
+
+# -- a weak model's repair loop: what changed is fed back, repeats end the conversation ---------
+
+FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real-model"
+
+
+def recorded_program() -> str:
+    """The first program the real small model sent (solution as a dict, no TOOLS/TASK/verify)."""
+    path = FIXTURES / "synth-tasks-exchanges.jsonl"
+    if not path.exists():
+        pytest.skip(f"the real-model recordings are not at {FIXTURES}")
+    for line in path.read_text().splitlines():
+        row = json.loads(line)
+        if row.get("request"):
+            return row["response"]["choices"][0]["message"]["content"]
+    raise AssertionError("no recorded program")
+
+
+def llm_config(server, tmp_path, **kw) -> RunConfig:
+    base = dict(
+        category="shopping_basket", n=1, out=tmp_path, min_level=1, max_level=1, k=0,
+        llm=server.base_url, model="m", export=False, max_attempts=1,
+    )  # fmt: skip
+    return RunConfig(**{**base, **kw})
+
+
+def test_every_missing_definition_is_named_at_once():
+    problems = program_problems(extract_program(recorded_program()))
+    text = "\n".join(problems)
+    assert "solution (line" in text and "is a dict, it must be: def solution(tools, task)" in text
+    assert "missing TASK (it defines 'task': the name must be 'TASK')" in text
+    assert "missing TOOLS" in text and "missing verify" in text
+    assert run_program(extract_program(recorded_program()))["error"].startswith(
+        "the program cannot run:\n- "
+    )
+
+
+def test_the_same_program_sent_again_is_not_run_and_ends_the_conversation(tmp_path):
+    reply = recorded_program()
+    with ScriptedOpenAIServer(lambda body: reply) as server:
+        summary = run_synthesis(llm_config(server, tmp_path))
+        asked = [r.body["messages"] for r in server.chat_requests]
+    assert summary.records == []
+    # reply 1 fails, reply 2 is told it is a repeat, reply 3 (the same again) ends it
+    assert len(asked) == 3, "the old loop asked 1 + max_repairs times with the same error"
+    assert asked[2][-1]["content"].startswith("This program is the same as your attempt 1")
+    rejected = json.loads((tmp_path / "rejected.jsonl").read_text())
+    assert rejected["reason"].endswith("the model sent a program it had already sent, again")
+    log = (tmp_path / "progress.log").read_text()
+    assert "attempt 1: failed: the program cannot run:" in log
+    assert "attempt 2: the same program as before" in log
+    assert "rejected: the model's code never verified" in log
+
+
+def test_a_changed_program_with_the_same_error_is_told_so(tmp_path):
+    first = fenced(LEVEL1.replace("def verify(db, answer):", "def check(db, answer):"))
+    second = fenced(LEVEL1.replace("def verify(db, answer):", "def checker(db, answer):"))
+    with ScriptedOpenAIServer([first, second, fenced(LEVEL1)]) as server:
+        summary = run_synthesis(llm_config(server, tmp_path))
+        asked = [r.body["messages"] for r in server.chat_requests]
+    assert len(summary.records) == 1 and summary.records[0]["history"][0]["repairs"] == 2
+    assert "missing verify" in asked[1][-1]["content"]
+    assert "Compared with" not in asked[1][-1]["content"]
+    told = asked[2][-1]["content"]
+    assert "Compared with your previous program you changed 1 lines (+1, -1)" in told
+    assert "the error is the same, so that change did not fix it" in told
+
+
+def test_an_unchanged_program_does_not_pass_as_a_harder_level(tmp_path):
+    with ScriptedOpenAIServer([fenced(LEVEL1)] * 3) as server:
+        summary = run_synthesis(llm_config(server, tmp_path, min_level=2, max_level=2))
+        asked = [r.body["messages"] for r in server.chat_requests]
+    (record,) = summary.records
+    assert record["level"] == 1, "the level-2 request got the level-1 program back"
+    assert asked[2][-1]["content"].startswith("This program is the same as your attempt 1")
+    assert "make the task harder (level 2)" in asked[2][-1]["content"]
+
+
+def test_attempts_are_at_most_three_per_task_kept():
+    assert RunConfig(n=1).attempts == 3 and RunConfig(n=5).attempts == 15
+    assert RunConfig(n=5, max_attempts=2).attempts == 2
