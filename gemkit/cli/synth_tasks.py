@@ -21,7 +21,9 @@ def add_tasks_parser(synth_subparsers: argparse._SubParsersAction) -> argparse.A
             "Run it again on the same --out to resume."
         ),
     )
-    p.add_argument("--category", default="trip_planning", help="task category (default trip_planning)")
+    p.add_argument(
+        "--category", default="trip_planning", help="task category (default trip_planning)"
+    )
     p.add_argument("-n", type=int, default=10, help="tasks to keep (default 10)")
     p.add_argument("--min-level", type=int, default=1, help="lowest target level (default 1)")
     p.add_argument("--max-level", type=int, default=4, help="highest target level (default 4)")
@@ -31,7 +33,9 @@ def add_tasks_parser(synth_subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("--model", default=None, help="model name for --llm")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument(
-        "--executor", choices=["process", "ray"], default="process",
+        "--executor",
+        choices=["process", "ray"],
+        default="process",
         help="run workers as local processes or as Ray tasks on a cluster",
     )
     p.add_argument("--ray-address", default=None, help="Ray cluster address (or RAY_ADDRESS)")
@@ -134,7 +138,9 @@ def demo_tasks(out: Path, n: int = 4) -> int:
         if terminated or truncated:
             break
     env.close()
-    verdict = "passed" if info.get("success") else "failed: " + "; ".join(info.get("violations", []))
+    verdict = (
+        "passed" if info.get("success") else "failed: " + "; ".join(info.get("violations", []))
+    )
     console.print(
         f"toolworld:TripPlanning-v0, task {info.get('task_id')}: baseline agent made "
         f"{info.get('tool_uses', '?')} tool calls in {steps} actions, reward {reward:g} ({verdict})"

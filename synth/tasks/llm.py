@@ -72,7 +72,7 @@ reply with the whole program in one ```python block."""
 MAX_REPEATS = 1
 
 #: runs in the sandbox: build the database, run the solution with only the tools, verify
-HARNESS = r'''
+HARNESS = r"""
 import base64, json, sqlite3, inspect, traceback
 RESTRICT = {restrict!r}
 PROGRAM = {program!r}
@@ -109,10 +109,10 @@ except BaseException as e:
     out["error"] = type(e).__name__ + ": " + str(e)
     out["trace"] = traceback.format_exc(limit=3)[-1500:]
 print("@@RESULT@@" + json.dumps(out, default=str))
-'''
+"""
 
 #: runs one tool call or the verifier of a stored program against its database
-CALL = r'''
+CALL = r"""
 import json, sqlite3
 ns = {{"__name__": "task_program"}}
 exec(compile({program!r}, "program.py", "exec"), ns)
@@ -128,7 +128,7 @@ try:
 except Exception as e:
     out["error"] = type(e).__name__ + ": " + str(e)
 print("@@RESULT@@" + json.dumps(out, default=str))
-'''
+"""
 
 
 def extract_program(text: str) -> str | None:
@@ -192,7 +192,12 @@ def program_problems(program: str) -> list[str]:
 
 
 def _value_kind(node: ast.expr | None) -> str:
-    kinds = {ast.Dict: "a dict", ast.List: "a list", ast.Lambda: "a lambda", ast.Constant: "a constant"}
+    kinds = {
+        ast.Dict: "a dict",
+        ast.List: "a list",
+        ast.Lambda: "a lambda",
+        ast.Constant: "a constant",
+    }
     return next((v for k, v in kinds.items() if isinstance(node, k)), "a value")
 
 
@@ -469,7 +474,10 @@ def _record(
         "level": good["level"],
         "database": rel,
         "tools": tool_schemas(result["tools"]),
-        "task": {"prompt": str(task.get("prompt", "")), "answer_format": str(task.get("answer_format", ""))},
+        "task": {
+            "prompt": str(task.get("prompt", "")),
+            "answer_format": str(task.get("answer_format", "")),
+        },
         "constraints": [str(c) for c in task.get("constraints", [])],
         "verifier": {"kind": "code", "code": program, "entry": "verify"},
         "solution": {"kind": "code", "code": solution_source(program), "entry": "solution"},

@@ -171,7 +171,9 @@ def pass_at_k(
             policy = (
                 policy_factory(i) if policy_factory else baseline_for(record["category"], seed + i)
             )
-            episode = await run_episode(env, policy, env_id=record["id"], seed=i, max_steps=max_steps)
+            episode = await run_episode(
+                env, policy, env_id=record["id"], seed=i, max_steps=max_steps
+            )
             if episode.error:
                 log.warning("pass@k try %d of %s failed: %s", i, record["id"], episode.error)
             passes += int(episode.success)
@@ -238,7 +240,10 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
         if config.llm:
             factory = _llm_policy_factory(config)
         passes = pass_at_k(
-            record, config.out, config.k, seed=config.seed * 1_000_003 + index * 101,
+            record,
+            config.out,
+            config.k,
+            seed=config.seed * 1_000_003 + index * 101,
             policy_factory=factory,
         )
         record["stats"]["pass_at_k"] = {"k": config.k, "passes": passes}
@@ -360,9 +365,7 @@ def run_synthesis(
     if progress:
         progress(None, kept, config.n)
     todo = [
-        i
-        for i in range(config.attempts)
-        if task_id(config.category, config.seed, i) not in done
+        i for i in range(config.attempts) if task_id(config.category, config.seed, i) not in done
     ]
     new = 0
     n_rejected = len(rejected)
