@@ -2,7 +2,8 @@
 
 The one image, `gemkit/terminal:busybox`, is a root file system holding a statically linked
 BusyBox (Debian's `busybox-static`) and a link for each of its applets (`sh`, `awk`, `sed`,
-`grep`, `sort`, `tar`, ...), loaded with `docker import`. It builds in about a second and
+`grep`, `sort`, `tar`, ...), and two unprivileged users: `agent`, who runs the episode's
+commands, and `grader`, who runs the task's tests; it is loaded with `docker import`. It builds in about a second and
 weighs 2 MB; a build is skipped when an image of the same recipe and binary already exists.
 """
 
@@ -28,10 +29,17 @@ REPOSITORY = "gemkit/terminal"
 #: image name in a task file -> local tag
 IMAGES = {"busybox": f"{REPOSITORY}:busybox"}
 #: bump when the root file system below changes, so existing images are rebuilt
-RECIPE_VERSION = "1"
+RECIPE_VERSION = "2"
 BUSYBOX_PATHS = ("/bin/busybox", "/usr/bin/busybox")
-PASSWD = "root:x:0:0:root:/work:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
-GROUP = "root:x:0:\nnogroup:x:65534:\n"
+#: uids of the two users; the backends use the same numbers
+AGENT_UID, GRADER_UID = 10000, 10001
+PASSWD = (
+    "root:x:0:0:root:/root:/bin/sh\n"
+    f"agent:x:{AGENT_UID}:{AGENT_UID}:agent:/work:/bin/sh\n"
+    f"grader:x:{GRADER_UID}:{GRADER_UID}:grader:/tmp:/bin/sh\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n"
+)
+GROUP = f"root:x:0:\nagent:x:{AGENT_UID}:\ngrader:x:{GRADER_UID}:\nnogroup:x:65534:\n"
 
 _lock = threading.Lock()
 
