@@ -1,17 +1,28 @@
 """Where a task's shell commands run: a Docker container, or a bubblewrap sandbox without one.
 
-Both backends give the same interface (`start`, `run`, `close`) and the same picture: a POSIX
-shell in `/work` (writable), `/tmp` (writable), everything else read-only, no network.
+Both backends give the same interface and the same picture: a POSIX shell in `/work`
+(writable), `/tmp` (writable), everything else read-only, no network; `/work` and `/tmp` are
+each a tmpfs bounded in bytes (`disk_mb`) and in files (`max_files`).
+
+An episode has two phases. The agent's commands (`run`) run as an unprivileged agent user.
+Then `seal` ends the agent for good: every process it left is killed, every entry of `/work`
+that is not a regular file or a folder (links, FIFOs, sockets) is deleted, the rest is made
+read-only, and `/tmp` is emptied. Each test (`run_test`) then runs as a grader user the agent
+never was, with a fresh `/tmp`, and nothing it starts outlives it. A test's expected output
+never enters the terminal: the env compares what the test printed with it (see `env.py`).
 
 - **docker**: one container per episode from a locally built image, `--network none`, a
-  read-only root with tmpfs `/work` and `/tmp`, memory/CPU/process limits. Containers carry the
-  label `gemkit.terminal=1` and their owner's host, pid and pid start time. A container's
-  main process reads an attached stdin that the engine closes when the owner's connection
-  drops, so the container stops and removes itself when its owner dies, even by SIGKILL;
-  `cleanup_stale()` removes any labelled container whose owner is gone, as a second net.
-- **bwrap**: each command runs in a fresh bubblewrap sandbox (all namespaces unshared, so
-  no network) over the host's `/usr` (read-only), with `/work` and `/tmp` kept in a host
-  temp folder between commands. Background processes end with their command.
+  read-only root, tmpfs `/work` and `/tmp`, no `/dev/shm`, memory/CPU/process limits. The
+  agent is uid 10000 and the grader uid 10001; the container's init and its lifeline run as
+  root, out of the agent's reach. Containers carry the label `gemkit.terminal=1` and their
+  owner's host, pid and pid start time. The lifeline reads an attached stdin that the engine
+  closes when the owner's connection drops, so the container stops and removes itself when
+  its owner dies, even by SIGKILL; `cleanup_stale()` removes any labelled container whose
+  owner is gone, as a second net.
+- **bwrap**: a holder process keeps the episode's two tmpfs in a mount namespace of its own
+  (they vanish with it, even when gemkit is SIGKILLed); each command runs in a fresh bubblewrap
+  sandbox entered into that namespace, with every namespace unshared (no network) over the
+  host's `/usr` (read-only; gemkit's own files hidden). A sandbox's processes end with it.
 """
 
 from __future__ import annotations
@@ -19,10 +30,13 @@ from __future__ import annotations
 import base64
 import functools
 import io
+import json
 import logging
 import os
 import secrets
+import selectors
 import shutil
+import signal
 import socket
 import subprocess
 import tarfile
@@ -30,10 +44,14 @@ import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gemkit
+import gemkit.envs
+from gemkit.envs.terminal.images import AGENT_UID, GRADER_UID
 from gemkit.errors import GemkitError
 
 log = logging.getLogger(__name__)
@@ -42,6 +60,10 @@ BACKENDS = ("docker", "bwrap")
 LABEL = "gemkit.terminal"
 WORKDIR = "/work"
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME": WORKDIR, "LANG": "C"}
+#: the tests' environment: HOME is their fresh /tmp, not the agent's /work (no rc files)
+TEST_ENV = {**ENV, "HOME": "/tmp"}
+#: what a command gets once the terminal is sealed for grading
+SEALED = "The terminal is sealed: the episode is over and its tests run; reset() starts anew."
 
 
 class TerminalError(GemkitError):
@@ -57,22 +79,28 @@ class Limits:
     pids: int = 64
     disk_mb: int = 64
     max_output: int = 10_000
+    max_files: int = 20_000
 
 
 @dataclass
 class CommandResult:
-    """What one command did: its merged stdout+stderr (maybe cut), exit status, time limit hit."""
+    """What one command did: its merged stdout+stderr (maybe cut), exit status, time limit hit.
+
+    `raw` holds the bytes behind `output` (before decoding and the cut marker), so a grader
+    can compare them exactly.
+    """
 
     output: str
     exit_code: int
     timed_out: bool = False
     output_bytes: int = 0
     duration: float = 0.0
+    raw: bytes = field(default=b"", repr=False)
 
     @property
     def truncated(self) -> bool:
         """True when the output was cut at the terminal's `max_output`."""
-        return self.output_bytes > len(self.output.encode("utf-8", "replace"))
+        return self.output_bytes > len(self.raw)
 
 
 def truncation_marker(total: int, shown: int) -> str:
@@ -80,11 +108,12 @@ def truncation_marker(total: int, shown: int) -> str:
     return f"\n[... output truncated: {total} bytes in all, the first {shown} shown ...]"
 
 
-def _decode(data: bytes, total: int, limit: int) -> str:
-    text = data[:limit].decode("utf-8", "replace")
+def _result(head: bytes, total: int, limit: int, code: int, timed_out: bool, begin: float):
+    text = head[:limit].decode("utf-8", "replace")
     if total > limit:
         text += truncation_marker(total, limit)
-    return text
+    duration = time.monotonic() - begin
+    return CommandResult(text, code, timed_out, total, duration, head[:limit])
 
 
 def _tar_files(files: dict[str, str | bytes]) -> bytes:
@@ -119,23 +148,36 @@ def check_file_names(files: dict[str, Any]) -> None:
 
 
 class Terminal:
-    """A shell for one episode. `start` it with the task's files, `run` commands, `close` it."""
+    """A shell for one episode: `start`, the agent's `run`s, `seal`, the `run_test`s, `close`."""
 
     backend = ""
 
     def __init__(self, limits: Limits | None = None):
         self.limits = limits or Limits()
+        self.sealed = False
 
     def start(self, files: dict[str, str | bytes] | None = None) -> None:
         """Start a fresh terminal holding `files` (relative paths) in the work dir."""
         raise NotImplementedError
 
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
-        """Run `command` with `sh -c` in the work dir, stopped after `timeout` seconds."""
+        """Run `command` as the agent with `sh -c` in the work dir, stopped after `timeout` s."""
         raise NotImplementedError
 
-    def clear_scratch(self) -> None:
-        """Kill every process the commands left and empty `/tmp` (done before the tests)."""
+    def seal(self) -> list[str]:
+        """End the agent's part: kill its processes, keep only regular files and folders in
+        /work (read-only from now on), empty /tmp; return the paths deleted from /work.
+
+        Raises `TerminalError` when the terminal cannot be sealed (then nothing may be graded).
+        """
+        raise NotImplementedError
+
+    def run_test(self, script: str, timeout: float, max_output: int) -> CommandResult:
+        """Run a test script as the grader in the sealed terminal, with a fresh /tmp.
+
+        Raises `TerminalError` when the test's leftovers cannot be stopped or the terminal is
+        gone (no later test may run then).
+        """
         raise NotImplementedError
 
     def close(self) -> None:
@@ -149,28 +191,70 @@ class Terminal:
 
 # -- docker ------------------------------------------------------------------------------------
 
-# runs a command with its output in a file (so processes it leaves in the background cannot
-# hold the exec stream open), then prints the head of that file and a status line
+# runs an agent command with its output in a file (so processes it leaves in the background
+# cannot hold the exec stream open), then prints the head of that file and a status line; a
+# command killed at its time limit takes every process of the agent with it (`kill -1` from
+# the agent's uid reaches all its processes, at once, and nothing else)
 _DOCKER_RUNNER = r"""
 d=/tmp/.gemkit; mkdir -p $d 2>/dev/null; o=$d/out.$$
 cd /work 2>/dev/null
 timeout -s KILL "$2" sh -c "$1" >"$o" 2>&1 </dev/null
 s=$?
+[ "$s" = 137 ] && kill -9 -1 2>/dev/null
 n=$(wc -c <"$o")
 head -c "$3" "$o"
 rm -f "$o"
 printf '\n%s %s %s\n' "$4" "$s" "$n"
 """
 
-
-# kills every process but init (pid 1), the container's lifeline ($1) and itself
-_KILL_ALL = r"""
-for p in /proc/[0-9]*; do
-  p=${p#/proc/}
-  [ "$p" = 1 ] || [ "$p" = "$1" ] || [ "$p" = $$ ] || kill -9 "$p" 2>/dev/null
-done
-true
+# `alive UID`: how many live (not zombie) processes run as UID; `stop USER UID`: kill them all
+# from USER's own uid and wait until none is left
+_DOCKER_PROCS = r"""
+alive() {
+  cat /proc/[0-9]*/status 2>/dev/null |
+    awk -v u="$1" '/^State:/ {s = $2} /^Uid:/ && $2 == u && s != "Z" && s != "X" {n++}
+                   END {print n + 0}'
+}
+stop() {
+  i=0
+  while [ "$(alive "$2")" != 0 ]; do
+    [ $i -ge 50 ] && return 1
+    su -s /bin/sh "$1" -c 'kill -9 -1' 2>/dev/null
+    i=$((i + 1)); [ $i -gt 1 ] && sleep 0.1
+  done
+  return 0
+}
+wipe_tmp() { rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null; }
 """
+
+# as root, after the agent's last command: kill it, drop what is not a regular file or a
+# folder from /work, make the rest root's and read-only, empty /tmp and the message queues
+_DOCKER_SEAL = (
+    _DOCKER_PROCS
+    + r"""
+stop agent "$1" || { echo "the agent's processes could not be stopped"; exit 3; }
+find /work -mindepth 1 ! -type f ! -type d -print -exec rm -f {} + &&
+  chown -R 0:0 /work && chmod -R a+rX,a-w,ug-s /work || exit 4
+wipe_tmp; rm -f /dev/mqueue/* 2>/dev/null
+printf '%s\n' "$2"
+"""
+)
+
+# as root, one test: a fresh /tmp, the script as the grader (output in a folder only root can
+# enter), then every process the test left is killed before the status line is printed
+_DOCKER_TEST = (
+    _DOCKER_PROCS
+    + r"""
+wipe_tmp
+d=/tmp/.gemkit-grader; mkdir -m 700 "$d"; o=$d/out
+timeout -s KILL "$2" su -s /bin/sh grader -c "$1" >"$o" 2>&1 </dev/null
+s=$?
+stop grader "$5" && left=0 || left=1
+n=$(wc -c <"$o")
+head -c "$3" "$o"
+printf '\n%s %s %s %s\n' "$4" "$s" "$n" "$left"
+"""
+)
 
 
 def _proc_start_time(pid: int) -> str:
@@ -247,6 +331,14 @@ def _remove(client: Any, cid: str, sock: Any) -> None:
         pass
 
 
+def _split_status(raw: bytes, nonce: str) -> tuple[bytes, list[str]] | None:
+    """The output and the status fields of a runner's reply, or None when it has no status."""
+    head, sep, status = raw.rpartition(f"\n{nonce} ".encode())
+    if not sep:
+        return None
+    return head, status.decode("ascii", "replace").split()
+
+
 class DockerTerminal(Terminal):
     """A container per episode: no network, read-only root, tmpfs work dir, hard limits."""
 
@@ -260,7 +352,6 @@ class DockerTerminal(Terminal):
         self.client = client or docker_client(timeout=3600)
         self.image = ensure_image(self.client, image)
         self.container_id: str | None = None
-        self._lifeline = "1"
         self._finalizer: weakref.finalize | None = None
         self._nonce = "__gemkit_status_" + secrets.token_hex(8)
         global _swept
@@ -279,15 +370,21 @@ class DockerTerminal(Terminal):
     def start(self, files: dict[str, str | bytes] | None = None) -> None:
         """Start a fresh container (closing any earlier one) and copy `files` into /work."""
         self.close()
+        self.sealed = False
         api = self.client.api
         lim = self.limits
-        size = f"size={lim.disk_mb}m,mode=1777,exec"  # docker mounts tmpfs noexec by default
+        # docker mounts tmpfs noexec by default; the agent owns /work, /tmp is shared sticky
+        bound = f"size={lim.disk_mb}m,nr_inodes={lim.max_files},exec"
         host_config = api.create_host_config(
             auto_remove=True,
             init=True,  # the engine's tini as pid 1 reaps orphans (else zombies eat pids)
             network_mode="none",
+            ipc_mode="none",  # no /dev/shm: /work and /tmp are the only writable places
             read_only=True,
-            tmpfs={WORKDIR: size, "/tmp": size},
+            tmpfs={
+                WORKDIR: f"{bound},mode=0755,uid={AGENT_UID},gid={AGENT_UID}",
+                "/tmp": f"{bound},mode=1777",
+            },
             mem_limit=f"{lim.memory_mb}m",
             memswap_limit=f"{lim.memory_mb}m",
             nano_cpus=int(lim.cpus * 1e9),
@@ -317,14 +414,16 @@ class DockerTerminal(Terminal):
         self.container_id = cid
         self._finalizer = weakref.finalize(self, _remove, self.client, cid, sock)
         api.start(cid)
-        _, children = self._exec(["cat", "/proc/1/task/1/children"])
-        self._lifeline = children.decode().split()[0] if children.split() else "1"
         if files:
             self._put_files(files)
 
-    def _exec(self, argv: list[str]) -> tuple[int, bytes]:
+    def _exec(self, argv: list[str], *, root: bool = False) -> tuple[int, bytes]:
         api = self.client.api
-        exec_id = api.exec_create(self.container_id, argv, workdir=WORKDIR, environment=ENV)["Id"]
+        user = "0:0" if root else f"{AGENT_UID}:{AGENT_UID}"
+        env = TEST_ENV if root else ENV
+        exec_id = api.exec_create(
+            self.container_id, argv, workdir=WORKDIR, environment=env, user=user
+        )["Id"]
         output = api.exec_start(exec_id)
         code = api.exec_inspect(exec_id).get("ExitCode")
         return (code if code is not None else -1), output
@@ -332,7 +431,7 @@ class DockerTerminal(Terminal):
     def _put_files(self, files: dict[str, str | bytes]) -> None:
         # the root is read-only and /work a tmpfs, where the engine's archive upload cannot
         # write: send the tar through exec arguments, in chunks under the kernel's
-        # per-argument size limit
+        # per-argument size limit; the agent unpacks it, so it owns its files
         check_file_names(files)
         data = base64.b64encode(_tar_files(files)).decode()
         chunk = 96_000
@@ -356,48 +455,81 @@ class DockerTerminal(Terminal):
         if code != 0:
             raise TerminalError(f"copying task files into the container failed: {out[-500:]!r}")
 
+    def _exec_or_gone(self, argv: list[str], *, root: bool = False) -> tuple[int, bytes] | str:
+        """`_exec`, or why the container cannot run it (the engine's words)."""
+        import docker
+
+        try:
+            return self._exec(argv, root=root)
+        except docker.errors.APIError as e:  # the container is gone (removed, crashed)
+            return getattr(e, "explanation", None) or str(e)
+
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
         """Run `command` in the container; its processes are all killed if it times out."""
         if self.container_id is None:
             raise TerminalError("the terminal is not started: call start() first")
+        if self.sealed:
+            return CommandResult(SEALED, 1)
         limit = self.limits.max_output
         secs = max(1, int(round(timeout)))
         begin = time.monotonic()
-        try:
-            code, raw = self._exec(
-                ["sh", "-c", _DOCKER_RUNNER, "sh", command, str(secs), str(limit), self._nonce]
-            )
-        except Exception as e:  # the agent can end its own container (kill its init's child)
-            import docker
-
-            if not isinstance(e, docker.errors.APIError):
-                raise
-            why = getattr(e, "explanation", None) or str(e)
-            return CommandResult(f"the terminal's container is gone: {why}", -1)
-        duration = time.monotonic() - begin
-        head, sep, status = raw.rpartition(f"\n{self._nonce} ".encode())
-        if not sep:  # the runner itself failed (container gone, out of memory)
+        reply = self._exec_or_gone(
+            ["sh", "-c", _DOCKER_RUNNER, "sh", command, str(secs), str(limit), self._nonce]
+        )
+        if isinstance(reply, str):
+            return CommandResult(f"the terminal's container is gone: {reply}", -1)
+        code, raw = reply
+        parts = _split_status(raw, self._nonce)
+        if parts is None:  # the runner itself failed (container gone, out of memory)
             text = raw.decode("utf-8", "replace").strip()
             return CommandResult(
                 f"the command could not run: {text or f'exit status {code}'}", code or -1
             )
-        fields = status.split()
+        head, fields = parts
         exit_code, total = int(fields[0]), int(fields[1])
-        timed_out = exit_code == 137 and duration >= secs - 0.5
-        if timed_out:
-            # `timeout` kills only the shell: kill whatever it left running too
-            self._exec(["sh", "-c", _KILL_ALL, "sh", self._lifeline])
-        return CommandResult(_decode(head, total, limit), exit_code, timed_out, total, duration)
+        timed_out = exit_code == 137 and time.monotonic() - begin >= secs - 0.5
+        return _result(head, total, limit, exit_code, timed_out, begin)
 
-    def clear_scratch(self) -> None:
-        """Kill every process but the container's init and lifeline; empty /tmp."""
-        import docker
+    def seal(self) -> list[str]:
+        """Kill the agent's processes, keep regular files and folders of /work read-only."""
+        if self.container_id is None:
+            raise TerminalError("the terminal is not started: call start() first")
+        self.sealed = True
+        done = secrets.token_hex(8)
+        reply = self._exec_or_gone(
+            ["sh", "-c", _DOCKER_SEAL, "sh", str(AGENT_UID), done], root=True
+        )
+        if isinstance(reply, str):
+            raise TerminalError(f"the terminal's container is gone: {reply}")
+        code, raw = reply
+        text = raw.decode("utf-8", "replace")
+        if code != 0 or not text.endswith(f"{done}\n"):
+            raise TerminalError(
+                f"the terminal could not be sealed for its tests: {text.strip()[-300:]!r}"
+            )
+        return [line[len(WORKDIR) + 1 :] for line in text.splitlines()[:-1]]
 
-        script = _KILL_ALL + "rm -rf /tmp/* /tmp/.[!.]* 2>/dev/null; true"
-        try:
-            self._exec(["sh", "-c", script, "sh", self._lifeline])
-        except docker.errors.APIError as e:  # the container is gone: the tests will say so
-            log.debug("could not clear the terminal before its tests: %s", e)
+    def run_test(self, script: str, timeout: float, max_output: int) -> CommandResult:
+        """Run `script` as the grader; every process it starts is dead when this returns."""
+        if not self.sealed:
+            raise TerminalError("seal() the terminal before its tests run")
+        secs = max(1, int(round(timeout)))
+        begin = time.monotonic()
+        args = [script, str(secs), str(max_output), self._nonce, str(GRADER_UID)]
+        reply = self._exec_or_gone(["sh", "-c", _DOCKER_TEST, "sh", *args], root=True)
+        if isinstance(reply, str):
+            raise TerminalError(f"the terminal's container is gone: {reply}")
+        code, raw = reply
+        parts = _split_status(raw, self._nonce)
+        if parts is None:
+            text = raw.decode("utf-8", "replace").strip()
+            raise TerminalError(f"a test could not run: {text[-300:] or f'exit status {code}'}")
+        head, fields = parts
+        exit_code, total, left = int(fields[0]), int(fields[1]), fields[2]
+        if left != "0":
+            raise TerminalError("a test left processes that could not be stopped")
+        timed_out = exit_code == 137 and time.monotonic() - begin >= secs - 0.5
+        return _result(head, total, max_output, exit_code, timed_out, begin)
 
     def close(self) -> None:
         """Remove the container now."""
@@ -421,16 +553,84 @@ BWRAP_RO = (
     "/etc/alternatives",
     "/etc/ld.so.cache",
 )
+#: folders never shown in a sandbox even when they lie under a path of `BWRAP_RO` (a system
+#: install of gemkit under /usr holds every task's tests and reference solution)
+SECRET_DIRS = tuple(
+    sorted({str(Path(gemkit.__file__).parent), str(Path(gemkit.envs.__file__).parent)})
+)
+#: the uid the agent sees when gemkit does not run as root (any unprivileged number)
+SANDBOX_UID = 1000
 _uid_counter = iter(range(1 << 30))
 _uid_lock = threading.Lock()
+_HOLDER_SCRIPT = r"""
+opts=nosuid,nodev,size=$2k,nr_inodes=$3
+mount -t tmpfs -o "$opts,mode=0755,uid=$4,gid=$4" gemkit-work "$1/work" &&
+  mount -t tmpfs -o "$opts,mode=1777" gemkit-tmp "$1/tmp" && echo ready && exec cat >/dev/null
+"""
 
 
+def hidden_dirs(bound: Iterable[str], secret: Iterable[str]) -> list[str]:
+    """The `secret` folders that a sandbox binding the `bound` paths would show."""
+    roots = [os.path.realpath(b) for b in bound if os.path.exists(b)]
+    hidden = []
+    for s in secret:
+        real = os.path.realpath(s)
+        if any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
+            hidden.append(real)
+    return sorted(set(hidden))
+
+
+def _spawn_holder(root: Path, size_kb: int, files: int, owner: int) -> subprocess.Popen:
+    """A process that keeps `root`/work and `root`/tmp mounted as bounded tmpfs in a mount
+    namespace of its own; they vanish when it ends, which it does when its stdin closes."""
+    argv = ["unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:  # a user namespace of our own makes us root enough to mount
+        argv[1:1] = ["--user", "--map-root-user"]
+    argv += ["--", "/bin/sh", "-c", _HOLDER_SCRIPT, "sh", str(root), str(size_kb), str(files)]
+    proc = subprocess.Popen(
+        [*argv, str(owner)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(20) and proc.stdout.readline() == b"ready\n"
+    if not ready:
+        proc.kill()
+        err = proc.stderr.read().decode("utf-8", "replace").strip()
+        proc.wait()
+        raise TerminalError(f"could not make the terminal's bounded work area: {err or 'timeout'}")
+    return proc
+
+
+def _stop_holder(proc: subprocess.Popen, fds: list[int], root: str) -> None:
+    """Unmount the work area (its holder ends) and delete the folder."""
+    for fd in fds:
+        os.close(fd)
+    proc.kill()
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@functools.cache
 def bwrap_available() -> str | None:
-    """None when bubblewrap can run a shell here, else the reason it cannot."""
+    """None when bubblewrap can run a shell here over a bounded work area, else the reason."""
     exe = shutil.which("bwrap")
     if exe is None:
         return "bwrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    for tool in ("unshare", "nsenter"):
+        if shutil.which(tool) is None:
+            return f"{tool} (util-linux) is not installed; the bwrap backend needs it"
     try:
+        usage = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=20)
+        if "--size" not in usage.stdout + usage.stderr:  # the tests' bounded /tmp needs it
+            return "bwrap is older than 0.8.0 (no --size); install a newer bubblewrap"
         out = subprocess.run(
             [exe, "--unshare-all", "--ro-bind", "/", "/", "--", "/bin/sh", "-c", "true"],
             capture_output=True,
@@ -441,6 +641,15 @@ def bwrap_available() -> str | None:
     if out.returncode != 0:
         err = out.stderr.decode("utf-8", "replace").strip()
         return f"bwrap failed to start: {err or f'exit status {out.returncode}'}"
+    root = Path(tempfile.mkdtemp(prefix="gemkit-probe-"))
+    try:
+        (root / "work").mkdir()
+        (root / "tmp").mkdir()
+        _stop_holder(_spawn_holder(root, 64, 16, 0), [], str(root))
+    except (OSError, TerminalError) as e:
+        return f"cannot mount a size-bounded tmpfs for the work area (user namespaces off?): {e}"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
     return None
 
 
@@ -459,25 +668,72 @@ def cleanup_stale_folders(base: str | None = None) -> int:
     return removed
 
 
-@functools.cache
-def _bwrap_has_perms() -> bool:
-    try:
-        out = subprocess.run(["bwrap", "--help"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return "--perms" in out.stdout + out.stderr
+def seal_tree(top: str | Path) -> list[str]:
+    """Delete every entry under `top` that is not a regular file or a folder (never following
+    a link) and make the rest read-only (executable files stay executable); return the paths
+    deleted, relative to `top`. Only for a tree nobody else can change meanwhile."""
+    top = str(top)
+    dropped: list[str] = []
+    folders = [top]
+    i = 0
+    while i < len(folders):
+        folder = folders[i]
+        i += 1
+        os.chmod(folder, 0o755)  # the owner may have shut it: we must list and delete in it
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    folders.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                    os.chmod(entry.path, 0o555 if mode & 0o111 else 0o444)
+                else:
+                    os.unlink(entry.path)
+                    dropped.append(os.path.relpath(entry.path, top))
+    for folder in reversed(folders):
+        os.chmod(folder, 0o555)
+    return sorted(dropped)
 
 
-def _perms(mode: str) -> list[str]:
-    return ["--perms", mode] if _bwrap_has_perms() else []
+def _read_capped(
+    proc: subprocess.Popen, limit: int, timeout: float, kill: Any
+) -> tuple[bytes, int, bool]:
+    """Read `proc`'s stdout until it closes, keeping the first `limit` bytes and counting the
+    rest (nothing touches a disk); `kill()` it past `timeout` seconds."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    head = bytearray()
+    total = 0
+    timed_out = False
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 and not timed_out:
+                timed_out = True
+                kill()
+                deadline = time.monotonic() + 10  # the dead sandbox's pipe closes at once
+                continue
+            if left <= 0:
+                break  # a writer outlived its sandbox: cannot happen, but never hang on it
+            if not sel.select(left):
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            total += len(chunk)
+            if len(head) < limit:
+                head += chunk[: limit - len(head)]
+    return bytes(head), total, timed_out
 
 
 class BwrapTerminal(Terminal):
-    """Each command in a fresh bubblewrap sandbox over one host temp folder (`/work`, `/tmp`).
+    """Each command in a fresh bubblewrap sandbox over the episode's bounded tmpfs pair.
 
-    When gemkit runs as root, commands run under a uid of their own (so the process limit
-    counts only this terminal's processes); otherwise as the calling user, without a
-    process limit. Memory is capped by `RLIMIT_AS`, file size by `RLIMIT_FSIZE`.
+    When gemkit runs as root, commands run under a uid of their own and tests under another
+    (so the process limit counts only this terminal's processes); otherwise as the calling
+    user (uid 1000 inside), without a process limit. Memory is capped by `RLIMIT_AS`.
     """
 
     backend = "bwrap"
@@ -489,129 +745,185 @@ class BwrapTerminal(Terminal):
             raise TerminalError(why)
         self.image = image  # the host's tools stand in for the image's
         self.root: Path | None = None
+        self._area: Path | None = None  # the holder's view of `root`
+        self._holder: subprocess.Popen | None = None
         self._finalizer: weakref.finalize | None = None
+        self._lock = threading.Lock()
         self.uid: int | None = None
+        self.grader_uid: int | None = None
         if os.geteuid() == 0 and shutil.which("setpriv") and shutil.which("prlimit"):
             with _uid_lock:
                 self.uid = 1_500_000_000 + (os.getpid() * 1024 + next(_uid_counter)) % (1 << 29)
+            self.grader_uid = self.uid + (1 << 29)
 
     @property
     def running(self) -> bool:
-        """True while this terminal holds its folder."""
+        """True while this terminal holds its work area."""
         return self.root is not None
 
     def start(self, files: dict[str, str | bytes] | None = None) -> None:
-        """Make a fresh work folder (dropping any earlier one) holding `files`."""
+        """Make a fresh work area (dropping any earlier one) holding `files`."""
         self.close()
+        self.sealed = False
         global _bwrap_swept
         if not _bwrap_swept:
             _bwrap_swept = True
             cleanup_stale_folders()
         pid = os.getpid()
         root = Path(tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{pid}-{_proc_start_time(pid)}-"))
-        self.root = root
-        self._finalizer = weakref.finalize(self, shutil.rmtree, str(root), True)
         for sub in ("work", "tmp"):
             (root / sub).mkdir()
-            (root / sub).chmod(0o1777 if sub == "tmp" else 0o777)
+        lim = self.limits
+        holder = _spawn_holder(root, lim.disk_mb * 1024, lim.max_files, self.uid or 0)
+        try:
+            # a descriptor of the mounted folder stays valid whatever happens to the holder's pid
+            fd = os.open(f"/proc/{holder.pid}/root{root}", os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            _stop_holder(holder, [], str(root))
+            raise
+        self._finalizer = weakref.finalize(self, _stop_holder, holder, [fd], str(root))
+        self.root, self._holder = root, holder
+        self._area = Path(f"/proc/self/fd/{fd}")
         if files:
             check_file_names(files)
+            work = self._area / "work"
             for name, content in files.items():
                 data = content.encode() if isinstance(content, str) else content
-                path = root / "work" / name
+                path = work / name
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_bytes(data)
                 path.chmod(0o777 if data.startswith(b"#!") else 0o666)
-        if self.uid is not None:
-            for path in [root / "work", *(root / "work").rglob("*")]:
-                os.lchown(path, self.uid, self.uid)
+            if self.uid is not None:
+                for path in work.rglob("*"):
+                    os.lchown(path, self.uid, self.uid)
 
-    def _argv(self, command: str) -> list[str]:
-        assert self.root is not None
-        if self.uid is not None:
+    def _argv(self, command: str, info_fd: int, *, test: bool = False) -> list[str]:
+        """The command line of one sandbox: an agent command, or a test (`test=True`)."""
+        assert self.root is not None and self._holder is not None
+        argv = ["nsenter", "--target", str(self._holder.pid), "--mount"]
+        uid = self.grader_uid if test else self.uid
+        if uid is not None:
+            argv += ["--", "bwrap"]
             # every namespace but the user one: in a new user namespace, root could not
             # switch to the sandbox's own uid (it would be unmapped)
-            argv = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+            argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
             argv += ["--unshare-cgroup-try"]
         else:
-            argv = ["bwrap", "--unshare-all"]
-        argv += ["--die-with-parent", "--new-session"]
+            argv += ["--user", "--preserve-credentials", "--", "bwrap", "--unshare-all"]
+            argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+        argv += ["--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
         # as root, bwrap would make the missing /etc 0700, closed to the sandbox's uid
-        argv += [*_perms("0755"), "--dir", "/etc"]
+        argv += ["--perms", "0755", "--dir", "/etc"]
         for path in BWRAP_RO:
             if os.path.islink(path):
                 argv += ["--symlink", os.readlink(path), path]
             elif os.path.exists(path):
                 argv += ["--ro-bind", path, path]
-        argv += ["--bind", str(self.root / "work"), WORKDIR]
-        argv += ["--bind", str(self.root / "tmp"), "/tmp"]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/"]
-        argv += ["--chdir", WORKDIR, "--clearenv"]
-        for key, value in ENV.items():
-            argv += ["--setenv", key, value]
+        for path in hidden_dirs(BWRAP_RO, SECRET_DIRS):
+            argv += ["--tmpfs", path, "--remount-ro", path]
         lim = self.limits
-        limits = [
-            "prlimit",
-            f"--as={lim.memory_mb * 1024 * 1024}",
-            f"--fsize={lim.disk_mb * 1024 * 1024}",
-        ]
-        if self.uid is not None:
-            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-            limits.append(f"--nproc={lim.pids}")
-            argv += ["--", *limits, "--"]
-            argv += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups"]
-            argv += ["--inh-caps=-all", "--bounding-set=-all", "--"]
-        elif shutil.which("prlimit"):
-            argv += ["--", *limits, "--"]
+        if test:  # the sealed work area read-only, and a /tmp of the test's own
+            argv += ["--ro-bind", f"{self.root}/work", WORKDIR]
+            argv += ["--perms", "1777", "--size", str(lim.disk_mb << 20), "--tmpfs", "/tmp"]
         else:
-            argv += ["--"]
+            argv += ["--bind", f"{self.root}/work", WORKDIR, "--bind", f"{self.root}/tmp", "/tmp"]
+        # a read-only /dev: devices work, but no file can be made there (nor in /dev/shm)
+        argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev", "--remount-ro", "/"]
+        argv += ["--chdir", WORKDIR, "--clearenv"]
+        for key, value in (TEST_ENV if test else ENV).items():
+            argv += ["--setenv", key, value]
+        limits = ["prlimit", f"--as={lim.memory_mb << 20}", f"--fsize={lim.disk_mb << 20}"]
+        if uid is not None:
+            argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            argv += ["--", *limits, f"--nproc={lim.pids}", "--"]
+            argv += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+            argv += ["--inh-caps=-all", "--bounding-set=-all", "--"]
+        else:
+            argv += ["--", *limits, "--"]
         return [*argv, "/bin/sh", "-c", command]
+
+    def _sandbox(self, command: str, timeout: float, limit: int, *, test: bool) -> CommandResult:
+        """Run one sandbox; when it returns, every process of the sandbox is dead."""
+        begin = time.monotonic()
+        info_r, info_w = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                self._argv(command, info_w, test=test),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                pass_fds=(info_w,),
+            )
+        except BaseException:
+            os.close(info_r)
+            raise
+        finally:
+            os.close(info_w)
+        with os.fdopen(info_r, "rb") as info:
+            # bwrap writes the sandbox's pid 1 and closes; killing that pid 1 takes every
+            # process of the sandbox's pid namespace with it before bwrap itself can exit
+            data = info.read()
+        try:
+            pidfd = os.pidfd_open(json.loads(data)["child-pid"])
+        except (ValueError, KeyError, OSError):
+            pidfd = None  # bwrap failed before its sandbox existed; its output says why
+
+        def kill() -> None:
+            if pidfd is not None:
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            proc.kill()
+
+        try:
+            head, total, timed_out = _read_capped(proc, limit, timeout, kill)
+            code = proc.wait()
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+            if proc.stdout is not None:
+                proc.stdout.close()
+        return _result(head, total, limit, 137 if timed_out else code, timed_out, begin)
 
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
         """Run `command` in a new sandbox; the whole sandbox is killed if it times out."""
         if self.root is None:
             raise TerminalError("the terminal is not started: call start() first")
-        limit = self.limits.max_output
-        out_path = self.root / "out"
-        begin = time.monotonic()
-        timed_out = False
-        with open(out_path, "w+b") as out:
-            proc = subprocess.Popen(
-                self._argv(command),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-            try:
-                code = proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-                proc.kill()  # bwrap's init dies with it, taking every process of the sandbox
-                code = proc.wait()
-                code = 137
-            total = out.seek(0, os.SEEK_END)
-            out.seek(0)
-            head = out.read(limit)
-        out_path.unlink()
-        duration = time.monotonic() - begin
-        return CommandResult(_decode(head, total, limit), code, timed_out, total, duration)
+        with self._lock:
+            if self.sealed:
+                return CommandResult(SEALED, 1)
+            return self._sandbox(command, timeout, self.limits.max_output, test=False)
 
-    def clear_scratch(self) -> None:
-        """Empty /tmp (no process outlives its command here)."""
-        if self.root is None:
+    def seal(self) -> list[str]:
+        """Keep regular files and folders of /work, read-only; empty /tmp."""
+        if self._area is None:
             raise TerminalError("the terminal is not started: call start() first")
-        tmp = self.root / "tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        tmp.chmod(0o1777)
+        with self._lock:  # no agent command is running: each sandbox died with its command
+            self.sealed = True
+            try:
+                dropped = seal_tree(self._area / "work")
+                tmp = self._area / "tmp"
+                for entry in os.scandir(tmp):
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path)
+                    else:
+                        os.unlink(entry.path)
+            except OSError as e:
+                raise TerminalError(f"the terminal could not be sealed for its tests: {e}") from e
+        return dropped
+
+    def run_test(self, script: str, timeout: float, max_output: int) -> CommandResult:
+        """Run `script` as the grader in a fresh sandbox over the sealed /work."""
+        if not self.sealed:
+            raise TerminalError("seal() the terminal before its tests run")
+        with self._lock:
+            return self._sandbox(script, timeout, max_output, test=True)
 
     def close(self) -> None:
-        """Delete the work folder."""
+        """Unmount the work area and delete its folder."""
         if self._finalizer is not None:
             self._finalizer()
             self._finalizer = None
-        self.root = None
+        self.root = self._area = self._holder = None
 
 
 # -- choosing ----------------------------------------------------------------------------------

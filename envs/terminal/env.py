@@ -4,8 +4,10 @@
 around a `TerminalEnv`. Each `reset` starts a fresh terminal (a Docker container, or a
 bubblewrap sandbox) holding the task's files; each `bash` call runs one command there. The
 episode ends when the agent answers without a tool call (its submission) or when its turns
-run out; then the task's tests run in the same terminal. Reward is 1 when every test passes
-(the pass fraction with `partial_credit=True`); `info` holds `pass_fraction` and each test.
+run out; then the terminal is sealed (every agent process killed, /work reduced to regular
+files and folders, read-only) and the task's tests run there as a grader user. Reward is 1
+when every test passes (the pass fraction with `partial_credit=True`); `info` holds
+`pass_fraction`, each test, and the paths sealing deleted (`dropped`).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from gemkit.envs.terminal.backends import (
     TerminalError,
     open_terminal,
 )
-from gemkit.envs.terminal.task import Task, TaskError, builtin_tasks, get_task
+from gemkit.envs.terminal.task import Task, TaskError, TaskTest, builtin_tasks, get_task
 from gemkit.policy import SyncPolicy
 from gemkit.tools.base import Tool, ToolResult
 from gemkit.tools.wrapper import ToolEnvWrapper
@@ -38,6 +40,8 @@ log = logging.getLogger(__name__)
 TEST_TIMEOUT = 20.0
 #: characters of a failing test's output kept in `info`
 TEST_OUTPUT_CHARS = 2_000
+#: deleted paths named in the observation (all are in `info["dropped"]`)
+DROPPED_SHOWN = 5
 TASK_HEADER = "# Terminal task: {name}"
 GUIDE = """\
 You work in a Linux terminal through the `bash` tool: each call runs one command line with
@@ -163,17 +167,30 @@ class TerminalEnv(Env):
         return self.finish()
 
     def finish(self, *, truncated: bool = False) -> StepResult:
-        """Run every test in the terminal, score the episode and end it."""
+        """Seal the terminal, run every test there as the grader, score the episode, end it."""
         assert self.task is not None and self.terminal is not None
-        # a symlink or a process left in /tmp could otherwise turn a test's own files
-        # against it
-        self.terminal.clear_scratch()
+        broken = ""  # why the terminal cannot grade: then every test left fails
+        dropped: list[str] = []
+        try:
+            dropped = self.terminal.seal()
+        except TerminalError as e:
+            broken = str(e)
         results = []
         for test in self.task.tests:
-            r = self.terminal.run(test.run, timeout=TEST_TIMEOUT)
-            passed = r.exit_code == 0 and not r.timed_out
-            entry: dict[str, Any] = {"name": test.name, "passed": passed}
-            if not passed:
+            entry: dict[str, Any] = {"name": test.name, "passed": False}
+            if broken:
+                entry.update(exit_code=-1, output=broken)
+                results.append(entry)
+                continue
+            try:
+                r = self.terminal.run_test(test.run, TEST_TIMEOUT, output_limit(test))
+            except TerminalError as e:
+                broken = str(e)
+                entry.update(exit_code=-1, output=broken)
+                results.append(entry)
+                continue
+            entry["passed"] = passes(test, r)
+            if not entry["passed"]:
                 entry["exit_code"] = r.exit_code
                 entry["output"] = r.output[:TEST_OUTPUT_CHARS]
             results.append(entry)
@@ -183,15 +200,22 @@ class TerminalEnv(Env):
         success = passed == len(results)
         reward = fraction if self.partial_credit else float(success)
         lines = [f"{'PASS' if r['passed'] else 'FAIL'} {r['name']}" for r in results]
-        why = "Turns used up: the tests ran on the terminal as it is." if truncated else ""
-        obs = "\n".join(
-            [*([why] if why else []), f"Tests: {passed}/{len(results)} passed.", *lines]
-        )
+        notes = ["Turns used up: the tests ran on the terminal as it is."] if truncated else []
+        if dropped:
+            shown = ", ".join(dropped[:DROPPED_SHOWN]) + (
+                ", ..." if len(dropped) > DROPPED_SHOWN else ""
+            )
+            notes.append(
+                f"Graded without {len(dropped)} entries of /work that are not regular files "
+                f"or folders (links, FIFOs, ...): {shown}"
+            )
+        obs = "\n".join([*notes, f"Tests: {passed}/{len(results)} passed.", *lines])
         info = {
             "success": success,
             "pass_fraction": fraction,
             "test_results": results,
             "task": self.task.name,
+            "dropped": dropped,
         }
         return obs, float(reward), not truncated, truncated, info
 
@@ -222,6 +246,21 @@ class TerminalEnv(Env):
         new.np_random = copy.deepcopy(self.np_random, memo)
         new.terminal = None
         return new
+
+
+def output_limit(test: TaskTest) -> int:
+    """Bytes of a test's output to bring back: enough to tell `expect` from anything longer."""
+    return max(TEST_OUTPUT_CHARS, len(test.expect.encode()) + 1 if test.expect else 0)
+
+
+def passes(test: TaskTest, result: CommandResult) -> bool:
+    """A test passes when it exited 0 in time and printed exactly its `expect`, if it has one."""
+    if result.exit_code != 0 or result.timed_out:
+        return False
+    if test.expect is None:
+        return True
+    want = test.expect.encode()
+    return result.output_bytes == len(want) and result.raw == want
 
 
 class BashArgs(BaseModel):

@@ -1,8 +1,9 @@
 """A terminal task: an instruction, an image, files, a set-up script, tests and a reference solution.
 
 Tasks are YAML files in `envs/terminal/tasks/` (see `docs/terminal.md` for the format); each
-loads into a `Task`. Tests are shell scripts run in the task's terminal after the episode,
-each passing when it exits 0.
+loads into a `Task`. Tests are shell scripts run in the sealed terminal after the episode, as
+a grader user; a test passes when it exits 0 and, when it has an `expect`, printed exactly
+that text. The expected text stays with the grader: it never enters the terminal.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ FIELDS = {
     "max_turns",
     "command_timeout",
 }
+TEST_FIELDS = {"name", "run", "expect"}
 
 
 class TaskError(GemkitError):
@@ -39,10 +41,12 @@ class TaskError(GemkitError):
 
 @dataclass(frozen=True)
 class TaskTest:
-    """One check run after the episode: passes when `run` (a shell script) exits 0."""
+    """One check run after the episode: passes when `run` (a shell script) exits 0 and, when
+    `expect` is set, its output (stdout and stderr) is exactly `expect`."""
 
     name: str
     run: str
+    expect: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,12 @@ class Task:
         for i, t in enumerate(tests):
             if not (isinstance(t, dict) and isinstance(t.get("run"), str) and t.get("name")):
                 raise fail(f"test {i} must have a 'name' and a 'run' shell script")
-            parsed.append(TaskTest(str(t["name"]), t["run"]))
+            unknown = sorted(set(t) - TEST_FIELDS)
+            if unknown:
+                raise fail(f"test {i}: unknown fields {unknown}; allowed: {sorted(TEST_FIELDS)}")
+            if "expect" in t and not isinstance(t["expect"], str):
+                raise fail(f"test {i}: 'expect' must be the exact text the test prints")
+            parsed.append(TaskTest(str(t["name"]), t["run"], t.get("expect")))
         tags = data.get("tags") or []
         if not isinstance(tags, list):
             raise fail("'tags' must be a list of strings")

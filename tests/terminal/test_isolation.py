@@ -26,6 +26,7 @@ from gemkit.envs.terminal.backends import (
 )
 from gemkit.envs.terminal.env import TerminalEnv
 from gemkit.envs.terminal.images import IMAGES, docker_client
+from gemkit.envs.terminal.task import builtin_tasks
 
 
 @pytest.fixture
@@ -206,18 +207,31 @@ def test_a_bwrap_folder_is_removed_after_close_and_after_its_owner_is_killed(bwr
     assert not os.path.exists(folder)
 
 
-def test_an_agent_that_ends_its_own_container_gets_a_message_and_no_reward(docker_backend):
+def test_the_agent_cannot_end_its_own_container(docker_backend):
     env = TerminalEnv("CountWords", backend=docker_backend)
     try:
         env.reset()
-        env.run_command("kill -9 $(cat /proc/1/task/1/children)")
-        assert _wait_until(lambda: env.terminal.container_id not in list_containers())
+        r = env.run_command("kill -9 1 $(cat /proc/1/task/1/children); id -u")
+        alive = env.run_command("echo still here")
+    finally:
+        env.close()
+    assert "Operation not permitted" in r.output and r.output.splitlines()[-1] == "10000"
+    assert (alive.exit_code, alive.output) == (0, "still here\n")
+
+
+def test_a_container_gone_mid_episode_gets_a_message_and_no_reward(docker_backend):
+    env = TerminalEnv("CountWords", backend=docker_backend)
+    try:
+        env.reset()
+        env.run_command(builtin_tasks()["CountWords"].solution)
+        docker_client().api.remove_container(env.terminal.container_id, force=True)
         after = env.run_command("echo hi")
-        _, reward, terminated, _, info = env.step("submit")
+        obs, reward, terminated, _, info = env.step("submit")
     finally:
         env.close()
     assert after.exit_code == -1 and "container is gone" in after.output
     assert (reward, terminated, info["success"]) == (0.0, True, False)
+    assert all("container is gone" in t["output"] for t in info["test_results"])
 
 
 def test_links_and_processes_planted_in_tmp_cannot_fake_a_pass(backend):
