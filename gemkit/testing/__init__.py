@@ -1,5 +1,15 @@
-"""Test helpers users can import too: a scripted OpenAI-protocol server."""
+"""Test helpers users can import too: a scripted and a replay OpenAI-protocol server."""
 
 from gemkit.testing.openai_server import Fault, RecordedRequest, Reply, ScriptedOpenAIServer
+from gemkit.testing.replay import Exchange, Replay, ReplayOpenAIServer, load_exchanges
 
-__all__ = ["Fault", "RecordedRequest", "Reply", "ScriptedOpenAIServer"]
+__all__ = [
+    "Exchange",
+    "Fault",
+    "RecordedRequest",
+    "Replay",
+    "ReplayOpenAIServer",
+    "Reply",
+    "ScriptedOpenAIServer",
+    "load_exchanges",
+]
