@@ -227,3 +227,73 @@ def test_history_wrappers_stay_sync_over_sync_envs():
     assert ChatHistory(Echo()).runs_sync()
     assert ConcatHistory(Echo()).runs_sync()
     assert LastObservation(Echo()).runs_sync()
+
+
+# -- with the real tool wrapper underneath -----------------------------------------------------
+
+
+def lookup(query: str) -> str:
+    """Look something up.
+
+    Args:
+        query: what to look for.
+    """
+    return f"found {query}"
+
+
+def tool_chat() -> ChatHistory:
+    from gemkit.tools.wrapper import ToolEnvWrapper
+
+    env = ChatHistory(ToolEnvWrapper(Echo(), [lookup], instructions=False))
+    env.reset()
+    return env
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        'I will look it up.\n{"name": "lookup", "arguments": {"query": "x"}}',
+        'I will look it up.\n```json\n{"name": "lookup", "arguments": {"query": "x"}}\n```',
+        'I will look it up. <function=lookup>{"query": "x"}</function>',
+    ],
+    ids=["bare-json", "json-fence", "llama"],
+)
+def test_a_call_in_any_format_becomes_tool_calls_and_leaves_only_the_prose(action):
+    obs = tool_chat().step(action)[0]
+    assert obs[1] == {
+        "role": "assistant",
+        "content": "I will look it up.",
+        "tool_calls": [
+            {"id": "call_0", "type": "function",
+             "function": {"name": "lookup", "arguments": '{"query": "x"}'}}
+        ],
+    }  # fmt: skip
+    assert obs[2] == {
+        "role": "tool",
+        "tool_call_id": "call_0",
+        "name": "lookup",
+        "content": "found x",
+    }
+
+
+def test_a_native_call_keeps_the_server_id_through_the_tool_wrapper():
+    action = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "srv-7", "type": "function",
+             "function": {"name": "lookup", "arguments": '{"query": "y"}'}}
+        ],
+    }  # fmt: skip
+    obs = tool_chat().step(action)[0]
+    assert obs[1]["tool_calls"][0]["id"] == "srv-7" and obs[2]["tool_call_id"] == "srv-7"
+    assert tool_pairing_errors(obs) == []
+
+
+def test_a_tool_wrapper_above_the_history_is_refused_with_the_right_order():
+    from gemkit.tools.base import ToolError
+    from gemkit.tools.wrapper import ToolEnvWrapper
+
+    wrong = ToolEnvWrapper(ChatHistory(Echo()), [lookup])
+    with pytest.raises(ToolError, match=r"ChatHistory\(ToolEnvWrapper\(env\)\)"):
+        wrong.reset()
