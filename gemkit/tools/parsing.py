@@ -438,6 +438,8 @@ _NAME_KEY = re.compile(r"""["'](?:name|function|tool|tool_name)["']\s*:""")
 _NAME_VALUE = re.compile(
     r"""["'](?:name|function|tool|tool_name)["']\s*:\s*["']([^"'\n]{1,128})["']"""
 )
+#: how a key naming a tool ends: a cheap test for whether a text may hold a JSON call at all
+_KEY_ENDS = ('name"', "name'", 'tool"', "tool'", 'function"', "function'")
 #: keys of a bare JSON call; anything else makes the object data, not a call
 _CALL_KEYS = frozenset({"name", "arguments", "parameters", "id", "type"})
 _FENCE_BEFORE = re.compile(r"```[A-Za-z_]*[ \t]*\n?[ \t]*\Z")
@@ -449,7 +451,9 @@ _LITERAL_LIMIT = 100_000  # longest Python-literal call text tried (literal_eval
 Span = tuple[int, int, list[ToolCall | ParseError]]
 
 
-def _scanner(tools: dict[str, Tool], formats: Iterable[str]) -> re.Pattern[str] | None:
+def _scanner(
+    tools: dict[str, Tool], formats: Iterable[str], body: str = ""
+) -> re.Pattern[str] | None:
     names: list[str] = []
     if "hermes" in formats:
         names.append("tool_call")
@@ -460,9 +464,11 @@ def _scanner(tools: dict[str, Tool], formats: Iterable[str]) -> re.Pattern[str] 
         alternatives.append(r"<(?P<close>/?)(?P<tag>" + "|".join(map(re.escape, names)) + r")>")
     if "fence" in formats and "python" in tools:
         alternatives.append(r"(?P<fence>```(?:python|py)\b[^\n]*\n?)")
-    if "llama" in formats:
+    # markers absent from the text stay out of the pattern: an alternation without a common
+    # first character is scanned position by position (10x slower on a long answer)
+    if "llama" in formats and "<function=" in body:
         alternatives.append(r"<function=(?P<fn>[^>\s]{1,128})>")
-    if "mistral" in formats:
+    if "mistral" in formats and "[TOOL_CALLS]" in body:
         alternatives.append(r"(?P<mistral>\[TOOL_CALLS\])")
     return re.compile("|".join(alternatives)) if alternatives else None
 
@@ -633,7 +639,7 @@ def _scan_marked(
     tools: dict[str, Tool], body: str, formats: tuple[str, ...], work: _Work
 ) -> list[Span]:
     """Calls opened by a marker: tags, Hermes, fences, Llama `<function=>`, `[TOOL_CALLS]`."""
-    scanner = _scanner(tools, formats)
+    scanner = _scanner(tools, formats, body)
     spans: list[Span] = []
     pos = 0
     while scanner is not None:
@@ -856,6 +862,13 @@ def _pythonic_args(tool: Tool | None, call: ast.Call) -> tuple[dict[str, Any], s
     return args, ""
 
 
+def _may_hold_json_call(body: str) -> bool:
+    # one-character tests first: each is a memchr, the key test reads the text six times
+    if "{" not in body or ":" not in body or ('"' not in body and "'" not in body):
+        return False
+    return any(k in body for k in _KEY_ENDS)
+
+
 def parse_text(
     text: str, tools: Mapping[str, Tool] | Iterable[Tool], formats: Iterable[str] = DEFAULT_FORMATS
 ) -> ParsedAction:
@@ -865,7 +878,7 @@ def parse_text(
     body = strip_reasoning(text)
     work = _Work(len(body))
     spans = _scan_marked(tools, body, formats, work)
-    if "json" in formats and tools:
+    if "json" in formats and tools and _may_hold_json_call(body):
         spans += _scan_json(tools, body, _gaps(spans, len(body)), work)
     if "pythonic" in formats and not spans:
         spans += _pythonic_span(tools, body)
