@@ -40,12 +40,16 @@ def test_env_gives_the_agent_search_over_the_run_corpus(run_dir):
 
 def test_f1_reward_gives_partial_credit(run_dir):
     env = gemkit.make("qa:Synth-v0", path=str(run_dir), reward="f1", tools=False)
-    _, info = env.reset(seed=0)
-    record = next(r for r in read_records(run_dir) if r["id"] == info["id"])
-    words = record["answer"].split()
-    guess = words[0] + " Unrelated" if len(words) > 1 else record["answer"] + " extra"
-    _, reward, *_ = env.step(f"\\boxed{{{guess}}}")
+    records = read_records(run_dir)
+    index = next(i for i, r in enumerate(records) if len(r["answer"].split()) > 1)
+    env.reset(options={"index": index})
+    first_word = records[index]["answer"].split()[0]
+    _, reward, *_ = env.step(f"\\boxed{{{first_word}}}")
     assert 0.0 < reward < 1.0
+    # padding a part of the gold with another word earns nothing (the F1 precision rule)
+    env.reset(options={"index": index})
+    _, padded, *_ = env.step(f"\\boxed{{{first_word} Unrelated}}")
+    assert padded == 0.0
 
 
 def test_a_path_that_is_not_a_run_is_explained(tmp_path):
