@@ -131,7 +131,11 @@ def test_synth_qa_llm_against_recorded_replies_keeps_no_drifted_record(tmp_path)
     if kept:
         world = build_world(10_000, 0)
         for r in kept:
-            support = [{"fact": None, **s} for s in r["supporting_facts"]]
+            support = [
+                {**s, "fact": i}
+                for s in r["supporting_facts"]
+                for i in world.sentence_facts.get((s["doc_id"], s["text"]), [])
+            ]
             verdict = check_text(
                 r["question"], r["logical_form"], support, world, world_refs(world)
             )
