@@ -188,6 +188,7 @@ class ContextWrapper(Wrapper):
         self.edits: list[dict[str, Any]] = []
         self.warnings: list[dict[str, Any]] = []
         self._warned = False
+        self._counted: tuple[Sequence[Mapping[str, Any]], int] | None = None
         self._history = _find_history(env, type(self).__name__)
 
     @property
@@ -198,6 +199,16 @@ class ContextWrapper(Wrapper):
     def tokens(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """Token count of a chat by this wrapper's counter."""
         return self.counter.count_messages(messages)
+
+    def _count(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        # A step counts the same chat for the trigger, the warning and the edit record: count
+        # each list once. Only the wrapper's own lists come here, fresh copies never changed.
+        last = self._counted
+        if last is not None and last[0] is messages:
+            return last[1]
+        n = self.tokens(messages)
+        self._counted = (messages, n)
+        return n
 
     def plan(self, messages: Messages) -> tuple[Messages, dict[str, Any]] | None:
         """Return `(new_messages, record fields)` to edit, or None to leave the chat alone."""
@@ -215,7 +226,7 @@ class ContextWrapper(Wrapper):
         record = {
             "strategy": self.strategy,
             "step": self.steps,
-            "tokens": self.tokens(messages),
+            "tokens": self._count(messages),
             "reason": reason,
         }
         self.warnings.append(record)
@@ -241,8 +252,8 @@ class ContextWrapper(Wrapper):
         record = {
             "strategy": self.strategy,
             "step": self.steps,
-            "tokens_before": self.tokens(before),
-            "tokens_after": self.tokens(new),
+            "tokens_before": self._count(before),
+            "tokens_after": self._count(new),
             "messages_before": len(before),
             "messages_after": len(new),
             **fields,
@@ -329,11 +340,11 @@ class BudgetContext(ContextWrapper):
 
     def over_budget(self, messages: Sequence[Mapping[str, Any]]) -> bool:
         """Whether the chat has reached the trigger."""
-        return self.tokens(messages) >= self.threshold
+        return self._count(messages) >= self.threshold
 
     def shortfall(self, messages: Messages, edited: bool) -> str | None:
         """Why the chat is still over budget after this step (None when it is within)."""
-        tokens = self.tokens(messages)
+        tokens = self._count(messages)
         if tokens < self.threshold:
             return None
         where = f"{tokens} tokens >= the trigger {self.threshold} ({self.trigger:g} x {self.max_context})"
