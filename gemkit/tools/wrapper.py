@@ -252,7 +252,7 @@ class ToolEnvWrapper(Wrapper):
         self.tool_time = 0.0
         self._warnings = 0
         self._next_id = 0
-        if self.instructions and isinstance(obs, list):
+        if self.instructions and _is_chat(obs):
             # a chat history below the tools would drop the instructions and every call
             raise ToolError(
                 "ToolEnvWrapper got a chat (a list of messages) from reset: put the tools "
@@ -524,6 +524,11 @@ class ToolEnvWrapper(Wrapper):
     def __deepcopy__(self, memo: dict[int, Any]) -> ToolEnvWrapper:
         # wrappers stacked above clone by deep-copying the stack: give them `clone` semantics
         return self.clone()
+
+
+def _is_chat(obs: Any) -> bool:
+    """Whether an observation is a chat (OpenAI messages), as a history wrapper makes it."""
+    return isinstance(obs, list) and bool(obs) and isinstance(obs[0], dict) and "role" in obs[0]
 
 
 def _start_eagerly(coro: Coroutine[Any, Any, None], loop: asyncio.AbstractEventLoop) -> Any:
