@@ -7,6 +7,7 @@ import time
 
 from gemkit.cli.console import console
 from gemkit.errors import GemkitError
+from gemkit.search.server import SearchLimits
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +30,7 @@ def _add_search(targets: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--corpus", required=True, help="JSONL file, one document per line")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=int, default=8000, help="port, 1-65535 (default 8000)")
     p.add_argument("--topk", type=int, default=3, help="results per query when not asked")
     p.add_argument("--cache-dir", help="where the index file is kept (default ~/.cache/gemkit)")
     p.add_argument(
@@ -37,13 +38,47 @@ def _add_search(targets: argparse._SubParsersAction) -> None:
         action="store_true",
         help="reuse the index while the corpus content is unchanged, whatever its mtime",
     )
+    d = SearchLimits()
+    limits = p.add_argument_group("limits per request")
+    for flag, default, what in (
+        ("--max-queries", d.max_queries, "queries (or urls) per request"),
+        ("--max-topk", d.max_topk, "results per query"),
+        ("--max-results", d.max_results, "queries x topk per request"),
+        ("--max-query-chars", d.max_query_chars, "characters per query or url"),
+        ("--max-body-kb", d.max_body // 1024, "request body size in KiB"),
+        ("--threads", d.threads, "searches running at once"),
+    ):
+        limits.add_argument(flag, type=_positive_int, default=default, help=f"{what} ({default})")
+    p.add_argument(
+        "--token",
+        help="require 'Authorization: Bearer TOKEN' on every request (default $GEMKIT_SERVE_TOKEN)",
+    )
     p.set_defaults(serve=_run_search)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
 
 
 def _run_search(args: argparse.Namespace) -> int:
     from gemkit.search.index import SearchIndex
     from gemkit.search.server import serve
+    from gemkit.serving import check_port, resolve_token
 
+    check_port(args.port)
+    if not 1 <= args.topk <= args.max_topk:
+        raise GemkitError(f"--topk must be from 1 to --max-topk ({args.max_topk}), got {args.topk}")
+    limits = SearchLimits(
+        max_queries=args.max_queries,
+        max_topk=args.max_topk,
+        max_results=args.max_results,
+        max_query_chars=args.max_query_chars,
+        max_body=args.max_body_kb * 1024,
+        threads=args.threads,
+    )
     start = time.perf_counter()
     with console.status(f"indexing {args.corpus} …"):
         index = SearchIndex.open(
@@ -54,19 +89,23 @@ def _run_search(args: argparse.Namespace) -> int:
         f"[green]{action}[/green] index of {len(index):,} docs in "
         f"{time.perf_counter() - start:.2f}s ([dim]{index.db_path}[/dim])"
     )
-    console.print(
-        f"serving on [cyan]http://{args.host}:{args.port}[/cyan]  "
-        'POST /retrieve {"queries": [...], "topk": k}  POST /access {"urls": [...]}  '
-        "(Ctrl-C to stop)",
-        highlight=False,
+    token = resolve_token(args.token)
+    auth = "token required" if token else "no token"
+    serve(
+        index,
+        args.host,
+        args.port,
+        default_topk=args.topk,
+        limits=limits,
+        token=token,
+        on_start=lambda: console.print(
+            f"serving on [cyan]http://{args.host}:{args.port}[/cyan] ({auth})  "
+            'POST /retrieve {"queries": [...], "topk": k}  POST /access {"urls": [...]}  '
+            "(Ctrl-C to stop)",
+            highlight=False,
+        ),
+        warn=lambda line: console.print(f"[yellow]{line}[/yellow]", highlight=False),
     )
-    try:
-        serve(index, args.host, args.port, default_topk=args.topk)
-    except OSError as e:
-        raise GemkitError(
-            f"cannot listen on {args.host}:{args.port} ({e.strerror or e}); "
-            "pick a free port with --port"
-        ) from None
     return 0
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 
 from gemkit.errors import GemkitError
+from gemkit.serving import auth_headers, resolve_token
 
 logger = logging.getLogger(__name__)
 
@@ -39,10 +40,20 @@ class SearchClient:
 
     One aiohttp session per event loop is kept and reused, so the client works from any loop
     (a sync `step` that runs `asyncio.run`, several vector workers) without reconnecting per call.
+    `token` (default `$GEMKIT_SERVE_TOKEN`) is sent as `Authorization: Bearer <token>`.
     """
 
-    def __init__(self, url: str, *, timeout: float = 10.0, retries: int = 3, backoff: float = 0.2):
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 3,
+        backoff: float = 0.2,
+        token: str | None = None,
+    ):
         self.url = url.rstrip("/")
+        self.token = resolve_token(token)
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff
@@ -53,7 +64,9 @@ class SearchClient:
         loop = asyncio.get_running_loop()
         session = self._sessions.get(loop)
         if session is None or session.closed:
-            session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
+            session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.timeout), headers=auth_headers(self.token)
+            )
             self._sessions[loop] = session
         return session
 

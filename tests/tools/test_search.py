@@ -426,11 +426,12 @@ def test_serve_search_cli_answers_retrieve_requests(corpus, tmp_path):
     import subprocess
     import sys
     import time
+    import urllib.error
     import urllib.request
 
     port = free_port()
     cmd = [sys.executable, "-m", "gemkit", "serve", "search", "--corpus", str(corpus)]
-    cmd += ["--port", str(port), "--cache-dir", str(tmp_path / "cache")]
+    cmd += ["--port", str(port), "--cache-dir", str(tmp_path / "cache"), "--max-queries", "2"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
@@ -449,6 +450,14 @@ def test_serve_search_cli_answers_retrieve_requests(corpus, tmp_path):
         )
         with urllib.request.urlopen(request, timeout=5) as r:
             assert json.load(r)["result"][0][0]["id"] == "berlin"
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/retrieve",
+            data=json.dumps({"queries": ["a", "b", "c"]}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as e:
+            urllib.request.urlopen(request, timeout=5)
+        assert e.value.code == 400 and "at most 2 queries" in json.load(e.value)["error"]
     finally:
         proc.terminate()
         proc.wait(10)
