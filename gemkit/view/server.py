@@ -1,0 +1,320 @@
+"""The viewer's web server: read-only pages over one folder, for a browser on this machine.
+
+- Only GET and HEAD; nothing a request says is a path: collections are looked up by key,
+  records by index row, static files by a fixed list of names.
+- Bound to 127.0.0.1 by default; then a request whose Host header is not a loopback name is
+  refused, so a web page cannot reach the viewer through DNS rebinding.
+- Every page is built from escaped parts and sent with a Content-Security-Policy that allows
+  no inline script, so model-written text cannot run in the page.
+- Any failure is a page with a one-line message; the traceback goes to the log only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from gemkit.view import pages
+from gemkit.view.markup import Markup
+from gemkit.view.pages import TaskCheck
+from gemkit.view.records import task_record
+from gemkit.view.store import Catalog, ViewError, discover, find_database
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "data"
+#: the only files /static/ serves, and their types
+STATIC_FILES = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY",
+    "Cache-Control": "no-store",
+}
+#: the app's `Viewer` (for tests and embedding)
+VIEWER: web.AppKey[Viewer] = web.AppKey("viewer")
+LOOPBACK_NAMES = {"localhost", "localhost.", "127.0.0.1", "::1", "[::1]"}
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a host name or address is this machine's loopback."""
+    host = host.strip("[]")
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def host_of(header: str) -> str:
+    """The host name of a Host header (without the port)."""
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class Viewer:
+    """What the pages need: the folder's catalog (rediscovered on the overview) and caches."""
+
+    def __init__(self, path: str | Path, *, task_check: TaskCheck | None = None):
+        self.path = Path(path)
+        self.task_check = task_check
+        self.lock = threading.Lock()
+        self.catalog: Catalog = discover(self.path)
+        self._checks: OrderedDict[tuple[str, int, int], Mapping[str, Any]] = OrderedDict()
+
+    def rediscover(self) -> Catalog:
+        """Look for files that appeared since the last look (indexes are kept)."""
+        with self.lock:
+            self.catalog = discover(self.path, self.catalog)
+            return self.catalog
+
+    def check_task(self, key: str, row: int) -> Mapping[str, Any] | None:
+        """The task checker's verdict on a task record's reference answer (cached)."""
+        if self.task_check is None:
+            return {"note": "no task checker: the verdict is computed by `gemkit view`"}
+        coll = self.catalog.collection(key)
+        cache_key = (key, row, len(coll.index))
+        if cache_key in self._checks:
+            return self._checks[cache_key]
+        raw, error = coll.record(row)
+        if raw is None or error or "task" not in raw and "prompt" not in raw:
+            return None
+        rel = raw.get("database")
+        db = None
+        note = ""
+        if isinstance(rel, str) and rel:
+            db, note = find_database(self.catalog.allowed, coll.folder, rel)
+        try:
+            result = dict(self.task_check(task_record(raw), db))
+        except Exception as e:  # noqa: BLE001 - a checker failure is shown, not raised
+            log.exception("task checker failed on %s row %d", key, row)
+            result = {"note": f"the verifier could not be run: {type(e).__name__}: {e}"}
+        if note and not result.get("verdict"):
+            result["note"] = f"{result.get('note') or ''} ({note})".strip()
+        self._checks[cache_key] = result
+        while len(self._checks) > 64:
+            self._checks.popitem(last=False)
+        return result
+
+
+def _page(body: str, status: int = 200) -> web.Response:
+    data = body.encode("utf-8", "replace")  # a lone surrogate in a record is not an error
+    return web.Response(body=data, status=status, content_type="text/html", charset="utf-8")
+
+
+def _row(request: web.Request) -> int:
+    raw = request.query.get("r", "")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ViewError(f"r must be a record number, got {raw[:40]!r}") from None
+
+
+def make_app(
+    path: str | Path,
+    *,
+    task_check: TaskCheck | None = None,
+    loopback_only: bool = True,
+) -> web.Application:
+    """The viewer's aiohttp application over `path` (a folder or one JSONL file)."""
+    viewer = Viewer(path, task_check=task_check)
+    root = str(viewer.catalog.allowed)
+
+    async def in_thread(fn: Callable[[], Any]) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+    @web.middleware
+    async def guard(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        try:
+            if request.method not in ("GET", "HEAD"):
+                resp: web.StreamResponse = _page(
+                    pages.error_page(405, "the viewer is read-only: only GET requests", root=root),
+                    405,
+                )
+                resp.headers["Allow"] = "GET, HEAD"
+            elif loopback_only and not is_loopback(host_of(request.headers.get("Host", ""))):
+                resp = _page(
+                    pages.error_page(
+                        403,
+                        "this viewer answers only requests addressed to 127.0.0.1 or localhost "
+                        f"(this one was addressed to {request.headers.get('Host', '')[:80]!r})",
+                        root=root,
+                    ),
+                    403,
+                )
+            else:
+                resp = await handler(request)
+        except web.HTTPException as e:
+            text = "no such page" if e.status == 404 else e.reason
+            resp = _page(pages.error_page(e.status, text, root=root), e.status)
+        except ViewError as e:
+            resp = _page(pages.error_page(404, str(e), root=root), 404)
+        except Exception as e:  # noqa: BLE001 - a page, never a traceback, for any failure
+            log.exception("viewer page %s failed", request.path_qs)
+            line = str(e).splitlines()[0][:200] if str(e) else ""
+            text = f"the viewer failed on this page ({type(e).__name__}: {line}); see its log"
+            resp = _page(pages.error_page(500, text, root=root), 500)
+        resp.headers.update(HEADERS)
+        return resp
+
+    async def overview(request: web.Request) -> web.Response:
+        def build() -> Markup:
+            return pages.overview(viewer.rediscover())
+
+        return _page(await in_thread(build))
+
+    async def listing(request: web.Request) -> web.Response:
+        coll = viewer.catalog.collection(request.query.get("c", ""))
+        return _page(await in_thread(lambda: pages.list_page(viewer.catalog, coll, request.query)))
+
+    async def record(request: web.Request) -> web.Response:
+        coll = viewer.catalog.collection(request.query.get("c", ""))
+        row = _row(request)
+
+        def build() -> Markup:
+            coll.refresh()
+            check = viewer.check_task(coll.key, row) if coll.kind.name == "tasks" else None
+            return pages.record_page(viewer.catalog, coll, row, request.query, task_check=check)
+
+        return _page(await in_thread(build))
+
+    async def raw(request: web.Request) -> web.Response:
+        coll = viewer.catalog.collection(request.query.get("c", ""))
+        row = _row(request)
+
+        def build() -> bytes:
+            coll.refresh()
+            record, error = coll.record(row)
+            if record is None:
+                raise ViewError(error or "unreadable record")
+            return json.dumps(record, ensure_ascii=True, indent=1, default=str).encode("ascii")
+
+        body = await in_thread(build)
+        return web.Response(body=body, content_type="application/json", charset="utf-8")
+
+    async def plots(request: web.Request) -> web.Response:
+        coll = viewer.catalog.collection(request.query.get("c", ""))
+        return _page(await in_thread(lambda: pages.plots_page(viewer.catalog, coll)))
+
+    async def static(request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in STATIC_FILES:
+            raise web.HTTPNotFound()
+        body = (STATIC / name).read_bytes()
+        return web.Response(body=body, content_type=STATIC_FILES[name], charset="utf-8")
+
+    async def favicon(request: web.Request) -> web.Response:
+        return web.Response(status=204)
+
+    app = web.Application(middlewares=[guard])
+    app[VIEWER] = viewer
+    app.router.add_get("/", overview)
+    app.router.add_get("/list", listing)
+    app.router.add_get("/record", record)
+    app.router.add_get("/raw", raw)
+    app.router.add_get("/plots", plots)
+    app.router.add_get("/static/{name}", static)
+    app.router.add_get("/favicon.ico", favicon)
+    return app
+
+
+async def start(
+    path: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    task_check: TaskCheck | None = None,
+) -> tuple[web.AppRunner, str]:
+    """Start serving; returns the runner (to `cleanup()`) and the address to open."""
+    app = make_app(path, task_check=task_check, loopback_only=is_loopback(host))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    try:
+        await site.start()
+    except OSError as e:
+        await runner.cleanup()
+        why = e.strerror or str(e)
+        raise ViewError(
+            f"cannot listen on {host}:{port} ({why}); pass another --port, or --port 0 for a "
+            "free one"
+        ) from None
+    bound = runner.addresses[0][1] if runner.addresses else port
+    shown = f"[{host}]" if ":" in host else host
+    return runner, f"http://{shown}:{bound}/"
+
+
+class ViewServer:
+    """The viewer on a background thread: `with ViewServer(path) as v: open(v.url)`."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        task_check: TaskCheck | None = None,
+    ):
+        self.path, self.host, self.port, self.task_check = path, host, port, task_check
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._stop: asyncio.Event | None = None
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            try:
+                runner, self.url = await start(
+                    self.path, host=self.host, port=self.port, task_check=self.task_check
+                )
+            except BaseException as e:  # noqa: BLE001 - handed to the starting thread
+                self._error = e
+                self._ready.set()
+                return
+            self._ready.set()
+            try:
+                await self._stop.wait()
+            finally:
+                await runner.cleanup()
+
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(main())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> ViewServer:
+        self._thread = threading.Thread(target=self._run, name="gemkit-view", daemon=True)
+        self._thread.start()
+        self._ready.wait(60)
+        if self._error is not None:
+            raise self._error
+        if not self.url:
+            raise ViewError("the viewer did not start within 60 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(30)
