@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "serve": "gemkit.cli.serve",
     "eval": "gemkit.cli.eval",
     "synth": "gemkit.cli.synth",
+    "view": "gemkit.cli.view",
 }
 
 
