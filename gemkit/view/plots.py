@@ -90,18 +90,32 @@ def bars(
     return _svg(top + len(labels) * row + 8, title, join(parts))
 
 
+def _bins(v: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Counts and edges: one bin per whole number over a short range, else up to 30 bins;
+    one bin when the values are too close or too far apart for float bins."""
+    lo, hi = float(v.min()), float(v.max())
+    whole = bool(np.all(v == np.round(v))) and max(abs(lo), abs(hi)) < 2**50
+    try:
+        with np.errstate(all="ignore"):  # a range past float's reach is caught below
+            if whole and hi - lo <= 40:
+                edges = np.arange(lo - 0.5, hi + 1.5)
+            else:
+                bins = min(30, max(5, int(math.sqrt(len(v)))))
+                edges = np.histogram_bin_edges(v, bins=bins)
+            counts, edges = np.histogram(v, bins=edges)
+        if len(counts):
+            return counts, edges, whole
+    except (ValueError, OverflowError):
+        pass
+    return np.array([len(v)]), np.array([lo, hi]), False
+
+
 def histogram(title: str, values: Sequence[float], *, unit: str = "") -> Markup:
     """A histogram of counts (integer bins when the values are whole numbers)."""
     v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
     if not len(v):
         return empty(title, "no values")
-    lo, hi = float(v.min()), float(v.max())
-    whole = bool(np.all(v == np.round(v)))
-    if whole and hi - lo <= 40:
-        edges = np.arange(lo - 0.5, hi + 1.5)
-    else:
-        edges = np.histogram_bin_edges(v, bins=min(30, max(5, int(math.sqrt(len(v))))))
-    counts, edges = np.histogram(v, bins=edges)
+    counts, edges, whole = _bins(v)
     height, top, bottom, left = 210, 40, 34, 44
     plot_w, plot_h = WIDTH - left - 12, height - top - bottom
     peak = max(1, int(counts.max()))

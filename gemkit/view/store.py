@@ -14,6 +14,7 @@ lies under the folder.
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -24,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -102,6 +103,18 @@ class JsonlSource:
         self.lines = 0
         self.torn = 0  # bytes after the last newline (a run writing, or killed mid-line)
         self._ident: tuple[int, int] | None = None
+        # discovery checked where a link leads; a file swapped for a link later is not followed
+        self._nofollow = 0 if path.is_symlink() else getattr(os, "O_NOFOLLOW", 0)
+
+    def open(self) -> BinaryIO:
+        """The file, for reading (a link that replaced it since discovery is refused)."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | self._nofollow)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise ViewError(f"{self.rel} was replaced by a link; it is not followed") from None
+            raise
+        return os.fdopen(fd, "rb")
 
     def reset(self) -> None:
         """Forget what was scanned (the next scan starts at the top)."""
@@ -116,7 +129,7 @@ class JsonlSource:
         self._ident = ident
         if st.st_size == self.end:
             return
-        with self.path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        with self.open() as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             pos = self.end
             while True:
                 nl = mm.find(b"\n", pos)
@@ -136,7 +149,7 @@ class JsonlSource:
 
     def read(self, pos: int, size: int) -> bytes:
         """The bytes of one record."""
-        with self.path.open("rb") as f:
+        with self.open() as f:
             f.seek(pos)
             return f.read(size)
 
@@ -148,7 +161,7 @@ class JsonlSource:
         forms = [f.lower() for f in forms if f]
         overlap = max(len(f) for f in forms) - 1
         hits: set[int] = set()
-        with self.path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        with self.open() as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             start = 0
             while start < self.end:
                 stop = min(self.end, start + SEARCH_CHUNK + overlap)
@@ -507,7 +520,13 @@ class Collection:
             return source.row(pos), None
         if size > MAX_RECORD_BYTES:
             return None, too_large(size, line)
-        return parse_line(source.read(pos, size), line)
+        try:
+            data = source.read(pos, size)
+        except ViewError as e:
+            return None, str(e)
+        except OSError as e:
+            return None, f"{source.rel} cannot be read ({e.strerror or e})"
+        return parse_line(data, line)
 
     def where(self, row: int) -> str:
         """`file:line` of a record."""

@@ -109,6 +109,24 @@ def test_links_that_lead_out_of_the_folder_are_not_followed(tmp_path, get, write
     assert "linked-dir" not in overview
 
 
+def test_a_file_swapped_for_a_link_after_discovery_is_not_followed(tmp_path, get, write):
+    """A record file replaced by a link once the viewer has indexed it is not read through."""
+    secret = write(tmp_path / "outside" / "s.jsonl", [{"env_id": "SECRET-ENV", "turns": []}])
+    root = tmp_path / "root"
+    path = write(root / "episodes.jsonl", [{"env_id": "mine", "turns": []}])
+    with ViewServer(root) as v:
+        assert "mine" in get(v.url, "/record?c=episodes&r=0").text
+        path.unlink()
+        path.symlink_to(secret)
+        record = get(v.url, "/record?c=episodes&r=0")
+        listing = get(v.url, "/list?c=episodes")
+    for page in (record, listing):
+        assert "SECRET-ENV" not in page.text
+    assert "episodes.jsonl was replaced by a link; it is not followed" in html.unescape(
+        listing.text
+    )
+
+
 def test_a_task_record_cannot_make_the_viewer_open_a_database_outside(tmp_path, get, write):
     """A record's `database` is opened only if it resolves under PATH."""
     secret = sqlite3.connect(tmp_path / "secret.sqlite")

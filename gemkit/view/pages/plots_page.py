@@ -12,6 +12,12 @@ from gemkit.view.pages.parts import crumbs, layout, url
 from gemkit.view.store import Catalog, Collection
 
 
+def _mean(values: np.ndarray) -> float:
+    """The mean of the known values (NaN when none is known)."""
+    known = values[np.isfinite(values)]
+    return float(known.mean()) if len(known) else float("nan")
+
+
 def _by_label(coll: Collection, name: str) -> list[tuple[str, np.ndarray]]:
     arrays = coll.index.arrays()
     codes = arrays[f"v:{name}"]
@@ -67,10 +73,7 @@ def plots_page(cat: Catalog, coll: Collection) -> Markup:
                     percent=True,
                 )
             )
-        rewards = [
-            float(np.nanmean(arrays["v:reward"][rows])) if len(rows) else float("nan")
-            for _, rows in groups
-        ]
+        rewards = [_mean(arrays["v:reward"][rows]) for _, rows in groups]
         charts.append(plots.bars("mean reward by env", [g for g, _ in groups], rewards))
         if name == "episodes":
             charts.append(plots.histogram("turns per episode", list(arrays["v:turns"])))
