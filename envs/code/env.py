@@ -21,6 +21,7 @@ from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.code import statements
 from gemkit.envs.code.probes import TestShapeError, task_builtins, validate_test
 from gemkit.envs.code.statements import Failure, Grading
+from gemkit.envs.math.records import seeded_index
 from gemkit.errors import GemkitError
 from gemkit.parsing import extract_boxed
 from gemkit.policy import SyncPolicy
@@ -193,7 +194,8 @@ class CodeEnv(Env):
         super().reset(seed=seed)
         index = (options or {}).get("index")
         if index is None:
-            index = int(self.np_random.integers(len(self.problems)))
+            n = len(self.problems)
+            index = seeded_index(seed, n) if seed is not None else int(self.np_random.integers(n))
         elif not 0 <= int(index) < len(self.problems):
             raise ValueError(f"index must be in [0, {len(self.problems)}), got {index}")
         self.problem = self.problems[int(index)]

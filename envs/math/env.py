@@ -15,7 +15,7 @@ from gemkit.envs.math.records import RecordsError, RecordSet, load_records, pick
 from gemkit.envs.math.replies import MAX_ANSWERS, plain_text, read_reply
 
 BUILTIN_PATH = Path(__file__).parent / "data" / "builtin.jsonl"
-ANSWER_FORMAT = "Put your final answer inside \\boxed{}, e.g. \\boxed{42}."
+ANSWER_FORMAT = "Put your final answer inside \\boxed{}, as in \\boxed{your answer}."
 # the value a "final answer ..." sentence starts with: $...$, \(...\) or a number
 _STATED_VALUE = re.compile(r"(\$[^$]+\$|\\\(.+?\\\)|[-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)")
 
@@ -50,7 +50,7 @@ class MathEnv(Env):
     ) -> ResetResult:
         """Draw a problem (or take `options["index"]`); the observation is the question."""
         super().reset(seed=seed)
-        self.index = pick_index(options, len(self.problems), self.np_random)
+        self.index = pick_index(options, len(self.problems), self.np_random, seed)
         self.problem = self.problems[self.index]
         self.done = False
         obs = f"{self.problem['question']}\n\n{ANSWER_FORMAT}"

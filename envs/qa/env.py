@@ -16,7 +16,8 @@ DATA = Path(__file__).parent / "data"
 BUILTIN_PATH = DATA / "builtin.jsonl"
 CORPUS_PATH = DATA / "corpus.jsonl"
 ANSWER_FORMAT = (
-    "Answer with a short phrase inside \\boxed{} or <answer></answer>, e.g. \\boxed{Paris}."
+    "Answer with a short phrase inside \\boxed{} or <answer></answer>, "
+    "for example \\boxed{your answer}."
 )
 
 
@@ -62,7 +63,7 @@ class QAEnv(Env):
     ) -> ResetResult:
         """Draw a question (or take `options["index"]`); the observation is the question."""
         super().reset(seed=seed)
-        self.index = pick_index(options, len(self.records), self.np_random)
+        self.index = pick_index(options, len(self.records), self.np_random, seed)
         self.record = self.records[self.index]
         self.done = False
         obs = f"{self.record['question']}\n\n{ANSWER_FORMAT}"

@@ -9,6 +9,7 @@ from typing import Any
 
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.math.records import pick_index
+from gemkit.envs.reasoning_gym.items import item_at
 from gemkit.envs.reasoning_gym.safety import refusal
 from gemkit.envs.reasoning_gym.scoring import reference_answer, reward
 from gemkit.errors import GemkitError
@@ -138,8 +139,8 @@ class ReasoningGymEnv(Env):
     ) -> ResetResult:
         """Draw an item (or take `options["index"]`); the observation is its question."""
         super().reset(seed=seed)
-        self.index = pick_index(options, self.size, self.np_random)
-        self.entry = self.dataset[self.index]
+        self.index = pick_index(options, self.size, self.np_random, seed)
+        self.entry = item_at(self.dataset, self.index)
         self.done = False
         obs = f"{self.entry['question']}\n\n{ANSWER_FORMAT}"
         return obs, {"index": self.index, "dataset": self.name}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gemkit.core import Env, ResetResult, StepResult
+from gemkit.envs.math.records import seeded_index
 from gemkit.errors import GemkitError
 from gemkit.tools.wrapper import ToolEnvWrapper
 
@@ -171,7 +172,8 @@ class ToolWorldEnv(Env):
         options = options or {}
         index = options.get("index")
         if index is None:
-            index = int(self.np_random.integers(len(self.records)))
+            n = len(self.records)
+            index = seeded_index(seed, n) if seed is not None else int(self.np_random.integers(n))
         if not 0 <= int(index) < len(self.records):
             raise ToolWorldError(f"task index {index} out of range 0..{len(self.records) - 1}")
         self.record = self.records[int(index)]
