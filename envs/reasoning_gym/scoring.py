@@ -26,6 +26,7 @@ import logging
 import warnings
 from typing import Any
 
+from gemkit.envs.reasoning_gym.items import item_at
 from gemkit.envs.reasoning_gym.safety import refusal
 
 log = logging.getLogger(__name__)
@@ -82,11 +83,11 @@ def decoys(dataset: Any, name: str, index: int, size: int) -> tuple[dict[str, An
     the right answer to item `index` always fails its decoys: only an answer that fits both
     questions, a hedge or a catch-all, can pass one.
     """
-    entry = dataset[index]
+    entry = item_at(dataset, index)
     own = reference_answer(entry)
     found: list[dict[str, Any]] = []
     for step in range(1, min(DECOY_TRIES, size - 1) + 1):
-        other = dataset[(index + step) % size]
+        other = item_at(dataset, (index + step) % size)
         ref = reference_answer(other)
         if ref is None or score(dataset, ref, entry, name) >= 1.0:
             continue

@@ -217,3 +217,26 @@ def test_answers_that_upstream_scorers_would_eval_are_refused_unscored(tmp_path,
     assert reward == 0.0 and terminated and info["refused"]
     assert "not scored" in obs
     assert not marker.exists()
+
+
+def test_an_item_that_upstream_draws_from_global_generators_is_the_same_every_time():
+    import random
+
+    import numpy as np
+
+    env = gemkit.make("rg:codeio")
+    try:
+        random.seed(1)
+        np.random.seed(1)
+        before = (random.random(), np.random.random())
+        random.seed(1)
+        np.random.seed(1)
+        # items 13958 and 15952 came out different on every read before items.item_at
+        for index in (13958, 15952):
+            first, _ = env.reset(options={"index": index})
+            again, _ = env.reset(options={"index": index})
+            assert first == again
+        # the caller's global generators are where they were
+        assert (random.random(), np.random.random()) == before
+    finally:
+        env.close()
