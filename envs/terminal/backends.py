@@ -12,7 +12,8 @@ never was, with a fresh `/tmp`, and nothing it starts outlives it. A test's expe
 never enters the terminal: the env compares what the test printed with it (see `env.py`).
 
 - **docker**: one container per episode from a locally built image, `--network none`, a
-  read-only root, tmpfs `/work` and `/tmp`, no `/dev/shm`, memory/CPU/process limits. The
+  read-only root, tmpfs `/work` and `/tmp`, no `/dev/shm` nor message queues,
+  memory/CPU/process limits. The
   agent is uid 10000 and the grader uid 10001; the container's init and its lifeline run as
   root, out of the agent's reach. Containers carry the label `gemkit.terminal=1` and their
   owner's host, pid and pid start time. The lifeline reads an attached stdin that the engine
@@ -191,24 +192,9 @@ class Terminal:
 
 # -- docker ------------------------------------------------------------------------------------
 
-# runs an agent command with its output in a file (so processes it leaves in the background
-# cannot hold the exec stream open), then prints the head of that file and a status line; a
-# command killed at its time limit takes every process of the agent with it (`kill -1` from
-# the agent's uid reaches all its processes, at once, and nothing else)
-_DOCKER_RUNNER = r"""
-d=/tmp/.gemkit; mkdir -p $d 2>/dev/null; o=$d/out.$$
-cd /work 2>/dev/null
-timeout -s KILL "$2" sh -c "$1" >"$o" 2>&1 </dev/null
-s=$?
-[ "$s" = 137 ] && kill -9 -1 2>/dev/null
-n=$(wc -c <"$o")
-head -c "$3" "$o"
-rm -f "$o"
-printf '\n%s %s %s\n' "$4" "$s" "$n"
-"""
-
 # `alive UID`: how many live (not zombie) processes run as UID; `stop USER UID`: kill them all
-# from USER's own uid and wait until none is left
+# from USER's own uid (`kill -1` reaches all its processes at once, and nothing else) and
+# wait until none is left
 _DOCKER_PROCS = r"""
 alive() {
   cat /proc/[0-9]*/status 2>/dev/null |
@@ -227,32 +213,45 @@ stop() {
 wipe_tmp() { rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null; }
 """
 
+# as root, one command as USER ($5, uid $6): its output goes to a file in a folder only root
+# can enter (so processes it leaves cannot hold the exec stream open nor write after it),
+# then the head of that file and a status line are printed. A test ($7 = test) gets a fresh
+# /tmp and leaves no process behind; an agent command leaves none when it timed out. The
+# command and its timer are this shell's unreaped children, so killing both by pid when the
+# first ends cannot hit another process (BusyBox `timeout` leaves a watcher that polls on
+# and could kill whatever process took over the command's pid).
+_DOCKER_RUN = (
+    _DOCKER_PROCS
+    + r"""
+[ "$7" = test ] && wipe_tmp
+o=/.gemkit/out.$$
+su -s /bin/sh "$5" -c "$1" >"$o" 2>&1 </dev/null &
+c=$!
+sleep "$2" &
+w=$!
+wait -n
+kill -9 "$c" "$w" 2>/dev/null
+wait "$c"
+s=$?
+left=0
+if [ "$7" = test ] || [ "$s" = 137 ]; then stop "$5" "$6" || left=1; fi
+n=$(wc -c <"$o")
+head -c "$3" "$o"
+rm -f "$o"
+printf '\n%s %s %s %s\n' "$4" "$s" "$n" "$left"
+"""
+)
+
 # as root, after the agent's last command: kill it, drop what is not a regular file or a
-# folder from /work, make the rest root's and read-only, empty /tmp and the message queues
+# folder from /work, make the rest root's and read-only, empty /tmp
 _DOCKER_SEAL = (
     _DOCKER_PROCS
     + r"""
 stop agent "$1" || { echo "the agent's processes could not be stopped"; exit 3; }
 find /work -mindepth 1 ! -type f ! -type d -print -exec rm -f {} + &&
   chown -R 0:0 /work && chmod -R a+rX,a-w,ug-s /work || exit 4
-wipe_tmp; rm -f /dev/mqueue/* 2>/dev/null
-printf '%s\n' "$2"
-"""
-)
-
-# as root, one test: a fresh /tmp, the script as the grader (output in a folder only root can
-# enter), then every process the test left is killed before the status line is printed
-_DOCKER_TEST = (
-    _DOCKER_PROCS
-    + r"""
 wipe_tmp
-d=/tmp/.gemkit-grader; mkdir -m 700 "$d"; o=$d/out
-timeout -s KILL "$2" su -s /bin/sh grader -c "$1" >"$o" 2>&1 </dev/null
-s=$?
-stop grader "$5" && left=0 || left=1
-n=$(wc -c <"$o")
-head -c "$3" "$o"
-printf '\n%s %s %s %s\n' "$4" "$s" "$n" "$left"
+printf '%s\n' "$2"
 """
 )
 
@@ -384,6 +383,8 @@ class DockerTerminal(Terminal):
             tmpfs={
                 WORKDIR: f"{bound},mode=0755,uid={AGENT_UID},gid={AGENT_UID}",
                 "/tmp": f"{bound},mode=1777",
+                "/.gemkit": f"size={lim.disk_mb}m,nr_inodes=64,mode=0700",  # outputs, root's
+                "/dev/mqueue": "ro,size=4k",  # the engine mounts a writable one: mask it
             },
             mem_limit=f"{lim.memory_mb}m",
             memswap_limit=f"{lim.memory_mb}m",
@@ -464,31 +465,40 @@ class DockerTerminal(Terminal):
         except docker.errors.APIError as e:  # the container is gone (removed, crashed)
             return getattr(e, "explanation", None) or str(e)
 
+    def _run_as(
+        self, user: str, uid: int, script: str, timeout: float, limit: int, *, test: bool
+    ) -> CommandResult | str:
+        """One command through `_DOCKER_RUN`, or why it could not run."""
+        secs = max(1, int(round(timeout)))
+        begin = time.monotonic()
+        args = [script, str(secs), str(limit), self._nonce, user, str(uid)]
+        reply = self._exec_or_gone(
+            ["sh", "-c", _DOCKER_RUN, "sh", *args, "test" if test else "agent"], root=True
+        )
+        if isinstance(reply, str):
+            return f"the terminal's container is gone: {reply}"
+        code, raw = reply
+        parts = _split_status(raw, self._nonce)
+        if parts is None:  # the runner itself failed (container gone, out of memory or pids)
+            text = raw.decode("utf-8", "replace").strip()
+            return f"the command could not run: {text[-300:] or f'exit status {code}'}"
+        head, fields = parts
+        exit_code, total, left = int(fields[0]), int(fields[1]), fields[2]
+        if left != "0":
+            return f"the processes {user} left could not be stopped"
+        timed_out = exit_code == 137 and time.monotonic() - begin >= secs - 0.5
+        return _result(head, total, limit, exit_code, timed_out, begin)
+
     def run(self, command: str, timeout: float = 30.0) -> CommandResult:
         """Run `command` in the container; its processes are all killed if it times out."""
         if self.container_id is None:
             raise TerminalError("the terminal is not started: call start() first")
         if self.sealed:
             return CommandResult(SEALED, 1)
-        limit = self.limits.max_output
-        secs = max(1, int(round(timeout)))
-        begin = time.monotonic()
-        reply = self._exec_or_gone(
-            ["sh", "-c", _DOCKER_RUNNER, "sh", command, str(secs), str(limit), self._nonce]
+        result = self._run_as(
+            "agent", AGENT_UID, command, timeout, self.limits.max_output, test=False
         )
-        if isinstance(reply, str):
-            return CommandResult(f"the terminal's container is gone: {reply}", -1)
-        code, raw = reply
-        parts = _split_status(raw, self._nonce)
-        if parts is None:  # the runner itself failed (container gone, out of memory)
-            text = raw.decode("utf-8", "replace").strip()
-            return CommandResult(
-                f"the command could not run: {text or f'exit status {code}'}", code or -1
-            )
-        head, fields = parts
-        exit_code, total = int(fields[0]), int(fields[1])
-        timed_out = exit_code == 137 and time.monotonic() - begin >= secs - 0.5
-        return _result(head, total, limit, exit_code, timed_out, begin)
+        return CommandResult(result, -1) if isinstance(result, str) else result
 
     def seal(self) -> list[str]:
         """Kill the agent's processes, keep regular files and folders of /work read-only."""
@@ -507,29 +517,16 @@ class DockerTerminal(Terminal):
             raise TerminalError(
                 f"the terminal could not be sealed for its tests: {text.strip()[-300:]!r}"
             )
-        return [line[len(WORKDIR) + 1 :] for line in text.splitlines()[:-1]]
+        return sorted(line[len(WORKDIR) + 1 :] for line in text.splitlines()[:-1])
 
     def run_test(self, script: str, timeout: float, max_output: int) -> CommandResult:
         """Run `script` as the grader; every process it starts is dead when this returns."""
         if not self.sealed:
             raise TerminalError("seal() the terminal before its tests run")
-        secs = max(1, int(round(timeout)))
-        begin = time.monotonic()
-        args = [script, str(secs), str(max_output), self._nonce, str(GRADER_UID)]
-        reply = self._exec_or_gone(["sh", "-c", _DOCKER_TEST, "sh", *args], root=True)
-        if isinstance(reply, str):
-            raise TerminalError(f"the terminal's container is gone: {reply}")
-        code, raw = reply
-        parts = _split_status(raw, self._nonce)
-        if parts is None:
-            text = raw.decode("utf-8", "replace").strip()
-            raise TerminalError(f"a test could not run: {text[-300:] or f'exit status {code}'}")
-        head, fields = parts
-        exit_code, total, left = int(fields[0]), int(fields[1]), fields[2]
-        if left != "0":
-            raise TerminalError("a test left processes that could not be stopped")
-        timed_out = exit_code == 137 and time.monotonic() - begin >= secs - 0.5
-        return _result(head, total, max_output, exit_code, timed_out, begin)
+        result = self._run_as("grader", GRADER_UID, script, timeout, max_output, test=True)
+        if isinstance(result, str):
+            raise TerminalError(result)
+        return result
 
     def close(self) -> None:
         """Remove the container now."""
@@ -578,6 +575,12 @@ def hidden_dirs(bound: Iterable[str], secret: Iterable[str]) -> list[str]:
         if any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots):
             hidden.append(real)
     return sorted(set(hidden))
+
+
+def _parents(paths: Iterable[str]) -> list[str]:
+    """The folders above `paths` (not `/`), each once, outermost first."""
+    found = {str(parent) for p in paths for parent in Path(p).parents if str(parent) != "/"}
+    return sorted(found, key=lambda f: (f.count("/"), f))
 
 
 def _spawn_holder(root: Path, size_kb: int, files: int, owner: int) -> subprocess.Popen:
@@ -812,8 +815,10 @@ class BwrapTerminal(Terminal):
             argv += ["--user", "--preserve-credentials", "--", "bwrap", "--unshare-all"]
             argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         argv += ["--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
-        # as root, bwrap would make the missing /etc 0700, closed to the sandbox's uid
-        argv += ["--perms", "0755", "--dir", "/etc"]
+        # as root, bwrap would make a bound path's missing parents (/etc) 0700, closed to the
+        # sandbox's uid
+        for parent in _parents(p for p in BWRAP_RO if os.path.lexists(p)):
+            argv += ["--perms", "0755", "--dir", parent]
         for path in BWRAP_RO:
             if os.path.islink(path):
                 argv += ["--symlink", os.readlink(path), path]

@@ -73,6 +73,7 @@ class TerminalEnv(Env):
         pids: int = 64,
         disk_mb: int = 64,
         max_output: int = 10_000,
+        max_files: int = 20_000,
         partial_credit: bool = False,
     ):
         if task is not None:
@@ -89,7 +90,12 @@ class TerminalEnv(Env):
         self.max_turns = max_turns
         self.command_timeout = command_timeout
         self.limits = Limits(
-            memory_mb=memory_mb, cpus=cpus, pids=pids, disk_mb=disk_mb, max_output=max_output
+            memory_mb=memory_mb,
+            cpus=cpus,
+            pids=pids,
+            disk_mb=disk_mb,
+            max_output=max_output,
+            max_files=max_files,
         )
         self.partial_credit = partial_credit
         self.task: Task | None = None
@@ -352,6 +358,7 @@ def make_terminal(
     pids: int = 64,
     disk_mb: int = 64,
     max_output: int = 10_000,
+    max_files: int = 20_000,
     **wrapper_kwargs: Any,
 ) -> TerminalWrapper:
     """A terminal env: the task env wrapped with its `bash` tool."""
@@ -367,6 +374,7 @@ def make_terminal(
         pids=pids,
         disk_mb=disk_mb,
         max_output=max_output,
+        max_files=max_files,
     )
     wrapper_kwargs.setdefault("max_tool_uses", None)  # the turn limit bounds the episode
     wrapper_kwargs.setdefault("call_timeout", None)  # each command has its own time limit

@@ -99,10 +99,11 @@ def test_a_command_past_its_time_limit_is_stopped_and_the_terminal_still_works(b
         obs, *_ = env.step("<bash>sleep 3 & sleep 30; echo never</bash>")
         assert "[stopped: the command ran past the 1 s limit]" in obs and "never" not in obs
         assert "[exit status 0]" in env.step("<bash>echo still here</bash>")[0]
-        left = env.unwrapped.run_command("ps -o comm 2>/dev/null || ps -e -o comm")
+        left = env.unwrapped.run_command("ps -e -o args 2>/dev/null || ps -o args")
     finally:
         env.close()
-    assert "sleep" not in left.output  # the command's background processes were killed too
+    # the command's background processes were killed too
+    assert "sleep 3" not in left.output and "sleep 30" not in left.output
 
 
 def test_a_failing_command_shows_its_exit_status_and_output(bwrap_backend):

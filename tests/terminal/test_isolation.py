@@ -88,9 +88,16 @@ def test_only_the_work_dir_and_tmp_are_writable(terminal):
     assert (
         terminal.run("echo x > /work/f && echo y > /tmp/f && cat /work/f /tmp/f").output == "x\ny\n"
     )
-    for path in ("/f", "/etc/f", "/usr/f", "/bin/f"):
+    for path in ("/f", "/etc/f", "/usr/f", "/bin/f", "/dev/f", "/dev/shm/f"):
         r = terminal.run(f"echo x > {path}")
-        assert r.exit_code != 0 and "Read-only file system" in r.output, path
+        assert r.exit_code != 0, path
+    # every mount point of the terminal, probed with a new file and a new folder
+    probe = (
+        "for m in $(awk '{print $2}' /proc/self/mounts); do"
+        ' touch "$m/.probe" 2>/dev/null && echo "$m"; mkdir "$m/.probe-d" 2>/dev/null && echo "$m";'
+        " done | sort -u"
+    )
+    assert terminal.run(probe).output.split() == ["/tmp", "/work"]
 
 
 def test_the_host_files_outside_the_sandbox_are_not_visible(terminal):
@@ -108,7 +115,10 @@ def test_containers_run_with_no_network_limits_and_a_read_only_root(docker_backe
     host = attrs["HostConfig"]
     assert host["NetworkMode"] == "none" and host["ReadonlyRootfs"] is True
     assert (host["Memory"], host["NanoCpus"], host["PidsLimit"]) == (128 << 20, 5 * 10**8, 32)
-    assert set(host["Tmpfs"]) == {"/work", "/tmp"}
+    assert set(host["Tmpfs"]) == {"/work", "/tmp", "/.gemkit", "/dev/mqueue"}
+    assert "mode=0700" in host["Tmpfs"]["/.gemkit"]  # outputs: root's only
+    assert host["Tmpfs"]["/dev/mqueue"].startswith("ro,") and host["IpcMode"] == "none"
+    assert "nr_inodes=20000" in host["Tmpfs"]["/work"] and "size=64m" in host["Tmpfs"]["/tmp"]
     assert attrs["Config"]["Labels"][LABEL] == "1"
     assert attrs["Config"]["Image"] == IMAGES["busybox"]
 
