@@ -557,6 +557,20 @@ SECRET_DIRS = tuple(
 )
 #: the uid the agent sees when gemkit does not run as root (any unprivileged number)
 SANDBOX_UID = 1000
+#: the environment of the host tools that make a sandbox (unshare, nsenter, bwrap): never
+#: gemkit's own, whose API keys an agent could read in /proc/1/environ of its sandbox
+HOST_TOOL_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+    "LANG": "C",
+}
+
+
+@functools.cache
+def _host_tool(name: str) -> str:
+    """The path of a host tool, found on gemkit's own PATH (the tools run without it)."""
+    return shutil.which(name) or name
+
+
 _uid_counter = iter(range(1 << 30))
 _uid_lock = threading.Lock()
 _HOLDER_SCRIPT = r"""
@@ -586,12 +600,13 @@ def _parents(paths: Iterable[str]) -> list[str]:
 def _spawn_holder(root: Path, size_kb: int, files: int, owner: int) -> subprocess.Popen:
     """A process that keeps `root`/work and `root`/tmp mounted as bounded tmpfs in a mount
     namespace of its own; they vanish when it ends, which it does when its stdin closes."""
-    argv = ["unshare", "--mount", "--propagation", "private"]
+    argv = [_host_tool("unshare"), "--mount", "--propagation", "private"]
     if os.geteuid() != 0:  # a user namespace of our own makes us root enough to mount
         argv[1:1] = ["--user", "--map-root-user"]
     argv += ["--", "/bin/sh", "-c", _HOLDER_SCRIPT, "sh", str(root), str(size_kb), str(files)]
     proc = subprocess.Popen(
         [*argv, str(owner)],
+        env=HOST_TOOL_ENV,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -803,16 +818,17 @@ class BwrapTerminal(Terminal):
     def _argv(self, command: str, info_fd: int, *, test: bool = False) -> list[str]:
         """The command line of one sandbox: an agent command, or a test (`test=True`)."""
         assert self.root is not None and self._holder is not None
-        argv = ["nsenter", "--target", str(self._holder.pid), "--mount"]
+        argv = [_host_tool("nsenter"), "--target", str(self._holder.pid), "--mount"]
         uid = self.grader_uid if test else self.uid
+        bwrap = _host_tool("bwrap")
         if uid is not None:
-            argv += ["--", "bwrap"]
+            argv += ["--", bwrap]
             # every namespace but the user one: in a new user namespace, root could not
             # switch to the sandbox's own uid (it would be unmapped)
             argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
             argv += ["--unshare-cgroup-try"]
         else:
-            argv += ["--user", "--preserve-credentials", "--", "bwrap", "--unshare-all"]
+            argv += ["--user", "--preserve-credentials", "--", bwrap, "--unshare-all"]
             argv += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
         argv += ["--die-with-parent", "--new-session", "--info-fd", str(info_fd)]
         # as root, bwrap would make a bound path's missing parents (/etc) 0700, closed to the
@@ -854,6 +870,7 @@ class BwrapTerminal(Terminal):
         try:
             proc = subprocess.Popen(
                 self._argv(command, info_w, test=test),
+                env=HOST_TOOL_ENV,  # the sandbox's pid 1 is bwrap: its environ is readable
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,

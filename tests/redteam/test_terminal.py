@@ -383,6 +383,18 @@ def test_a_secret_folder_under_a_bound_path_is_empty_in_the_sandbox(
     assert write.exit_code != 0
 
 
+def test_the_hosts_environment_never_reaches_the_terminal(backend, monkeypatch):
+    # before: in bwrap without root, /proc/1/environ (bwrap itself) held gemkit's environment
+    monkeypatch.setenv("GEMKIT_PROBE_API_KEY", "sk-probe-4242")
+    env = TerminalEnv("CountWords", backend=backend)
+    try:
+        env.reset()
+        seen = env.run_command("env; cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'")
+    finally:
+        env.close()
+    assert "sk-probe-4242" not in seen.output and "PATH=" in seen.output
+
+
 def test_an_episode_cannot_see_another_episodes_files_or_processes(backend):
     first, second = (
         TerminalEnv("CountWords", backend=backend),
