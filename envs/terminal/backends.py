@@ -217,22 +217,27 @@ wipe_tmp() { rm -rf /tmp/* /tmp/.[!.]* /tmp/..?* 2>/dev/null; }
 # can enter (so processes it leaves cannot hold the exec stream open nor write after it),
 # then the head of that file and a status line are printed. A test ($7 = test) gets a fresh
 # /tmp and leaves no process behind; an agent command leaves none when it timed out. The
-# command and its timer are this shell's unreaped children, so killing both by pid when the
-# first ends cannot hit another process (BusyBox `timeout` leaves a watcher that polls on
-# and could kill whatever process took over the command's pid).
+# timer is a child that kills the command (still this shell's unreaped child, so its pid is
+# not reused) and is stopped, its sleep with it, when the command ends first (BusyBox
+# `timeout` leaves a watcher that polls on and could kill whatever took over the pid).
 _DOCKER_RUN = (
     _DOCKER_PROCS
     + r"""
+exec 2>/dev/null  # the shell's notes on its jobs ("Killed") would join the output
 [ "$7" = test ] && wipe_tmp
 o=/.gemkit/out.$$
 su -s /bin/sh "$5" -c "$1" >"$o" 2>&1 </dev/null &
 c=$!
-sleep "$2" &
+(
+  trap 'kill -9 $t; exit 0' TERM
+  sleep "$2" & t=$!
+  wait $t && kill -9 "$c"
+) >/dev/null &
 w=$!
-wait -n
-kill -9 "$c" "$w" 2>/dev/null
 wait "$c"
 s=$?
+kill -TERM "$w"
+wait "$w"
 left=0
 if [ "$7" = test ] || [ "$s" = 137 ]; then stop "$5" "$6" || left=1; fi
 n=$(wc -c <"$o")
