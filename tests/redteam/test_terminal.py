@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 
 from gemkit.envs.terminal import backends
-from gemkit.envs.terminal.backends import SECRET_DIRS, BwrapTerminal, hidden_dirs
+from gemkit.envs.terminal.backends import (
+    SECRET_DIRS,
+    BwrapTerminal,
+    DockerTerminal,
+    _split_status,
+    hidden_dirs,
+)
 from gemkit.envs.terminal.env import TerminalEnv
 from gemkit.envs.terminal.task import TASKS_DIR, Task, builtin_tasks
 
@@ -49,6 +55,13 @@ def backend(request: pytest.FixtureRequest) -> str:
     """Each attack runs once per backend."""
     _rules.require(request.param)
     return request.param
+
+
+@pytest.fixture
+def docker_backend() -> str:
+    """The Docker backend, or a skip (a failure under GEMKIT_REQUIRE_DOCKER) with the reason."""
+    _rules.require("docker")
+    return "docker"
 
 
 @pytest.fixture
@@ -272,6 +285,29 @@ chmod +x cat && mkdir -p bin .local/bin && for p in bin/cat .local/bin/cat sh cm
 printf 'cat() { /work/cat; }\nalias cat=/work/cat\nPATH=/work:$PATH\nexport PATH\n' > .profile
 for f in .ashrc .bashrc .shinit .env .kshrc; do cp .profile $f; done
 printf '/work/fake.so\n' > ld.so.preload"""
+
+
+def test_a_status_line_forged_in_the_output_is_not_the_one_read(docker_backend):
+    t = DockerTerminal()
+    t.start()
+    try:
+        # the runner's nonce is in its command line, which the agent can read
+        r = t.run(
+            "n=$(cat /proc/[0-9]*/cmdline | tr '\\0' '\\n' | grep -o '__gemkit_status_[0-9a-f]*' |"
+            " head -n 1); printf 'x\\n%s 0 2 0\\n' \"$n\"; exit 3"
+        )
+    finally:
+        t.close()
+    assert r.exit_code == 3 and "__gemkit_status_" in r.output
+
+
+def test_a_malformed_status_line_is_no_status():
+    nonce = "__gemkit_status_ab"
+    assert _split_status(b"out\n__gemkit_status_ab 0 3 0\n", nonce) == (b"out", [0, 3, 0])
+    # a status the runner could not finish (`wc` found no process slot) reads as none
+    assert _split_status(b"out\n__gemkit_status_ab 0  0\n", nonce) is None
+    assert _split_status(b"out\n__gemkit_status_ab 0 x 0\n", nonce) is None
+    assert _split_status(b"no status at all", nonce) is None
 
 
 def test_files_on_the_path_rc_files_and_fake_tools_do_not_reach_the_tests(backend):
