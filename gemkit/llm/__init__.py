@@ -1,4 +1,4 @@
-"""LLM access: an OpenAI-compatible async client, an LLM policy, and token counters.
+"""LLM access: an OpenAI-compatible async client, chat and token-id policies, token counters.
 
 Names are imported on first use, so `gemkit.llm.tokens` stays light.
 """
@@ -18,6 +18,10 @@ _EXPORTS: dict[str, str] = {
     "LLMError": "gemkit.llm.client",
     "LLMConfigError": "gemkit.llm.client",
     "LLMPolicy": "gemkit.llm.policy",
+    "TokenPolicy": "gemkit.llm.token_policy",
+    "generate_tokens": "gemkit.llm.token_policy",
+    "SampledTokens": "gemkit.llm.sampled",
+    "SampledTokensError": "gemkit.llm.sampled",
     "hermes_tool_calls": "gemkit.llm.policy",
     "TokenCounter": "gemkit.llm.tokens",
     "HeuristicTokenCounter": "gemkit.llm.tokens",

@@ -21,6 +21,7 @@ import aiohttp
 import numpy as np
 
 from gemkit.errors import GemkitError
+from gemkit.llm.sampled import SampledTokens, from_chat_choice
 
 logger = logging.getLogger(__name__)
 
@@ -159,11 +160,12 @@ def _count(value: Any) -> int:
 
 @dataclass
 class Choice:
-    """One sampled completion."""
+    """One sampled completion; `tokens` when the server reported its ids (`gemkit.llm.sampled`)."""
 
     index: int
     message: Message
     finish_reason: str | None = None
+    tokens: SampledTokens | None = None
 
 
 @dataclass
@@ -203,6 +205,11 @@ class ChatResponse:
         """Why the first choice stopped (`stop`, `length`, `tool_calls`)."""
         return self.choices[0].finish_reason
 
+    @property
+    def tokens(self) -> SampledTokens | None:
+        """The first choice's sampled token ids and log-probs, when the server sent them."""
+        return self.choices[0].tokens
+
     @classmethod
     def from_dict(
         cls, d: Mapping[str, Any], *, attempts: int = 1, latency_s: float = 0.0
@@ -213,6 +220,7 @@ class ChatResponse:
                 int(c.get("index", i)),
                 Message.from_dict(c.get("message") or {}),
                 c.get("finish_reason"),
+                from_chat_choice(c, d),
             )
             for i, c in enumerate(d.get("choices") or [])
         ]
@@ -387,35 +395,57 @@ class LLMClient:
             seed=seed,
             extra_body=extra_body,
         )
-        self.num_requests += 1
         start = time.monotonic()
+        data, attempt = await self._send("/chat/completions", body, timeout, "chat")
+        response = ChatResponse.from_dict(
+            data, attempts=attempt, latency_s=time.monotonic() - start
+        )
+        self.usage = self.usage + response.usage
+        return response
+
+    async def post_json(
+        self, path: str, body: dict[str, Any], *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """POST `body` to `base_url + path` with the client's limit and retries; the JSON answer.
+
+        For the endpoints next to chat: `/completions` with token-id prompts, SGLang's
+        `/generate` (give a base URL without `/v1` for it).
+        """
+        data, _ = await self._send(path, body, timeout, path.strip("/") or "request")
+        self.usage = self.usage + Usage.from_dict(data.get("usage"))
+        return data
+
+    async def _send(
+        self, path: str, body: dict[str, Any], timeout: float | None, what: str
+    ) -> tuple[dict[str, Any], int]:
+        self.num_requests += 1
         attempt = 0
         while True:
             attempt += 1
             self.num_attempts += 1
             try:
-                data = await self._post(body, timeout if timeout is not None else self.timeout)
+                data = await self._post(
+                    body, timeout if timeout is not None else self.timeout, path
+                )
             except _Retryable as e:
                 if attempt > self.max_retries:
                     raise LLMError(
-                        f"chat request to {self.base_url} failed after {attempt} attempts: {e}",
+                        f"{what} request to {self.base_url} failed after {attempt} attempts: {e}",
                         status=e.status,
                         attempts=attempt,
                     ) from None
                 delay = self._delay(attempt, e.retry_after)
-                logger.info("chat attempt %d failed (%s); retrying in %.2fs", attempt, e, delay)
+                logger.info("%s attempt %d failed (%s); retrying in %.2fs", what, attempt, e, delay)
                 self.num_retries += 1
                 await asyncio.sleep(delay)
                 continue
-            response = ChatResponse.from_dict(
-                data, attempts=attempt, latency_s=time.monotonic() - start
-            )
-            self.usage = self.usage + response.usage
-            return response
+            return data, attempt
 
-    async def _post(self, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    async def _post(
+        self, body: dict[str, Any], timeout: float, path: str = "/chat/completions"
+    ) -> dict[str, Any]:
         session, sem = self._ensure_session()
-        url = f"{self.base_url}/chat/completions"
+        url = f"{self.base_url}{path}"
         async with sem:
             try:
                 async with session.post(
