@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from gemkit.policy import Policy
+from gemkit.trajectory import TurnTokens
 
 
 @dataclass
@@ -19,6 +20,8 @@ class Turn:
     `observation` is what the policy was given: text, or the chat messages the model saw
     (with `ChatHistory` and context wrappers). `usage` holds the model's token counts for
     this turn when the policy reports them (`prompt_tokens`, `completion_tokens`).
+    `tokens` holds the token ids the model was fed and sampled, their log-probs and policy
+    version, when the policy reports them (`TokenPolicy`; see `gemkit.trajectory`).
     """
 
     observation: Any
@@ -28,6 +31,7 @@ class Turn:
     truncated: bool
     info: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=dict)
+    tokens: TurnTokens | None = None
 
 
 @dataclass
@@ -109,11 +113,21 @@ class Episode:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Episode:
         """Rebuild an episode from `to_dict` output (for example a JSONL line)."""
-        turns = [Turn(**{k: v for k, v in t.items() if k in _TURN_FIELDS}) for t in d["turns"]]
+        turns = [_turn_from_dict(t) for t in d["turns"]]
         return cls(env_id=d["env_id"], seed=d.get("seed"), turns=turns, error=d.get("error"))
 
 
 _TURN_FIELDS = {"observation", "action", "reward", "terminated", "truncated", "info", "usage"}
+
+
+def _turn_from_dict(t: dict[str, Any]) -> Turn:
+    tokens = t.get("tokens")
+    return Turn(
+        **{k: v for k, v in t.items() if k in _TURN_FIELDS},
+        tokens=TurnTokens.from_dict(tokens) if isinstance(tokens, dict) else None,
+    )
+
+
 _TOKEN_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 
 
@@ -155,8 +169,9 @@ async def run_episode(
             action = await policy.act(obs)
             # read now: a summary by the same policy during the step replaces last_response
             usage = _usage_of(policy)
+            tokens = getattr(policy, "last_tokens", None)
             next_obs, reward, terminated, truncated, info = await env.astep(action)
-            turn = Turn(obs, action, float(reward), terminated, truncated, info, usage)
+            turn = Turn(obs, action, float(reward), terminated, truncated, info, usage, tokens)
             episode.turns.append(turn)
             obs = next_obs
             if terminated or truncated:

@@ -17,14 +17,22 @@ def observation_text(obs: Any) -> str:
     return str(obs)
 
 
-def prompt_ids(tokenizer: Any, observation: Any) -> list[int]:
-    """Token ids of the first prompt: the chat template over a user message, or plain text."""
+def prompt_ids(tokenizer: Any, observation: Any, system_prompt: str | None = None) -> list[int]:
+    """Token ids of the first prompt: the chat template over a user message, or plain text.
+
+    The observation's text is tokenized as text: a control token it spells out (say
+    `<|im_start|>assistant`, printed by the agent's own code) stays plain characters and
+    can never open a turn in the model's context.
+    """
     if getattr(tokenizer, "chat_template", None):
         messages = observation if isinstance(observation, list) else [
             {"role": "user", "content": observation}
         ]  # fmt: skip
-        return list(_ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True)))
-    return list(tokenizer(observation_text(observation), add_special_tokens=False)["input_ids"])
+        if system_prompt is not None and not any(m.get("role") == "system" for m in messages):
+            messages = [{"role": "system", "content": system_prompt}, *messages]
+        return _render_ids(tokenizer, [dict(m) for m in messages], add_generation_prompt=True)
+    text = observation_text(observation)
+    return text_ids(tokenizer, text if system_prompt is None else f"{system_prompt}\n{text}")
 
 
 def reply_ids(tokenizer: Any, text: str) -> list[int]:
@@ -32,20 +40,61 @@ def reply_ids(tokenizer: Any, text: str) -> list[int]:
 
     With a chat template this is the template's own rendering of a new user message and the
     next generation prompt (the model's turn ended with its EOS, e.g. `<|im_end|>`); without
-    one, or with a template that rewrites earlier turns, the reply as plain text.
+    one, or with a template that rewrites earlier turns, the reply as plain text. The reply's
+    own characters are tokenized as text, never as control tokens (see `prompt_ids`).
     """
     if not getattr(tokenizer, "chat_template", None):
-        return list(tokenizer("\n" + text + "\n", add_special_tokens=False)["input_ids"])
+        return text_ids(tokenizer, "\n" + text + "\n")
     # Rendered after a plain user turn rather than an assistant one: templates such as Qwen3's
     # render the last assistant turn differently from earlier ones, which breaks the prefix.
     base = [{"role": "user", "content": "x"}]
     before = tokenizer.apply_chat_template(base, tokenize=False)
     after = tokenizer.apply_chat_template(
-        [*base, {"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        [*base, {"role": "user", "content": _SLOT}], tokenize=False, add_generation_prompt=True
     )
-    if not after.startswith(before):  # a template that rewrites earlier turns: fall back
-        return list(tokenizer("\n" + text + "\n", add_special_tokens=False)["input_ids"])
-    return list(tokenizer(after[len(before) :], add_special_tokens=False)["input_ids"])
+    if not after.startswith(before) or after.count(_SLOT) != 1:
+        # a template that rewrites earlier turns, or edits the content: fall back to plain text
+        return text_ids(tokenizer, "\n" + text + "\n")
+    head, tail = after[len(before) :].split(_SLOT)
+    return _markup_ids(tokenizer, head) + text_ids(tokenizer, text) + _markup_ids(tokenizer, tail)
+
+
+def text_ids(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of env or tool text: special-token strings in it are split into plain text."""
+    try:
+        ids = tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
+    except TypeError:  # a tokenizer without the option
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    return list(ids)
+
+
+#: stands in for env text while a chat template renders, so the template's markup and the
+#: text can be tokenized apart; no env text contains it (a NUL never appears in templates)
+_SLOT = "\x00gemkit-env-text\x00"
+
+
+def _markup_ids(tokenizer: Any, markup: str) -> list[int]:
+    return list(tokenizer(markup, add_special_tokens=False)["input_ids"]) if markup else []
+
+
+def _render_ids(tokenizer: Any, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
+    """The template over `messages`, markup tokenized as markup and contents as text."""
+    texts = []
+    slotted = []
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            texts.append(content)
+            m = {**m, "content": _SLOT}
+        slotted.append(m)
+    rendered = tokenizer.apply_chat_template(slotted, tokenize=False, **kwargs)
+    parts = rendered.split(_SLOT)
+    if len(parts) != len(texts) + 1:  # the template edits contents: render them as they are
+        return list(_ids(tokenizer.apply_chat_template(messages, **kwargs)))
+    ids = _markup_ids(tokenizer, parts[0])
+    for text, part in zip(texts, parts[1:], strict=True):
+        ids += text_ids(tokenizer, text) + _markup_ids(tokenizer, part)
+    return ids
 
 
 def _ids(value: Any) -> list[int]:

@@ -7,7 +7,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gemkit.llm.client import ChatResponse, LLMClient, ToolCall, Usage
+from gemkit.llm.sampled import VLLM_CHAT_TOKEN_FIELDS
 from gemkit.policy import Observation
+from gemkit.trajectory import TurnTokens, continued_turn
 
 
 def hermes_tool_calls(calls: Sequence[ToolCall]) -> str:
@@ -44,6 +46,11 @@ class LLMPolicy:
 
     With `env_tools=True` the native `tools=` list of each request is the one the env offers
     this episode (`info["tools"]` of its reset, which rollouts hand to `on_reset`).
+
+    With `return_tokens=True` each request asks for the sampled token ids and log-probs
+    (vLLM's `return_token_ids`, `logprobs`), and `last_tokens` records them with the prompt
+    ids the server rendered; a turn whose rendered prompt does not extend the previous one
+    (chat-template drift) is marked so. For contexts that never drift, use `TokenPolicy`.
     """
 
     def __init__(
@@ -54,6 +61,7 @@ class LLMPolicy:
         tools: Sequence[Mapping[str, Any]] | None = None,
         message_actions: bool = False,
         env_tools: bool = False,
+        return_tokens: bool = False,
         **sampling: Any,
     ):
         self.client = client
@@ -62,14 +70,21 @@ class LLMPolicy:
         self.message_actions = message_actions
         self.env_tools = env_tools
         self.sampling = sampling
+        if return_tokens:
+            extra = {**VLLM_CHAT_TOKEN_FIELDS, **(sampling.get("extra_body") or {})}
+            self.sampling = {**sampling, "extra_body": extra}
         self.messages: list[dict[str, Any]] = []
         self.last_response: ChatResponse | None = None
+        self.last_tokens: TurnTokens | None = None
+        self._context: list[int] | None = None
         self.usage = Usage()
 
     def reset(self) -> None:
         """Forget the previous episode's chat and usage."""
         self.messages = []
         self.last_response = None
+        self.last_tokens = None
+        self._context = None
         self.usage = Usage()
 
     def on_reset(self, info: Mapping[str, Any]) -> None:
@@ -96,6 +111,7 @@ class LLMPolicy:
         )
         self.last_response = response
         self.usage = self.usage + response.usage
+        self._record_tokens(response)
         action = action_text(response)
         if isinstance(observation, str):
             # The running chat stays plain text: tool calls are kept as the Hermes text the env
@@ -104,3 +120,18 @@ class LLMPolicy:
         if self.message_actions:
             return response.message.to_dict()
         return action
+
+    def _record_tokens(self, response: ChatResponse) -> None:
+        sampled = response.tokens
+        if sampled is None or sampled.prompt_ids is None:
+            self.last_tokens = None  # the server reported no tokens: nothing to train on
+            self._context = None
+            return
+        self.last_tokens = continued_turn(
+            self._context,
+            sampled.prompt_ids,
+            sampled.completion_ids,
+            sampled.logprobs,
+            sampled.version,
+        )
+        self._context = sampled.prompt_ids + sampled.completion_ids
