@@ -48,7 +48,9 @@ class Reply:
     `tool_calls` entries are either `{"name": ..., "arguments": dict | str}` or full OpenAI
     `{"id", "type": "function", "function": {"name", "arguments"}}` dicts. `usage` replaces
     the word-count usage the server reports for this reply (e.g. a recorded one, with
-    `prompt_tokens_details.cached_tokens`).
+    `prompt_tokens_details.cached_tokens`). `token_ids` and `logprobs` are what a token
+    server (`gemkit.testing.token_server`) reports as sampled, instead of the tokenization
+    of `content` and seeded log-probs.
     """
 
     content: str | None = None
@@ -56,6 +58,8 @@ class Reply:
     tool_calls: list[dict[str, Any]] | None = None
     finish_reason: str | None = None
     usage: dict[str, Any] | None = None
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
 
 
 @dataclass
@@ -108,11 +112,13 @@ def as_reply(value: ReplyLike) -> Reply:
             "tool_calls",
             "finish_reason",
             "usage",
+            "token_ids",
+            "logprobs",
         }
         if unknown:
             raise GemkitError(
                 f"scripted reply has unknown keys {sorted(unknown)}; expected content, "
-                "reasoning_content, tool_calls, finish_reason, usage"
+                "reasoning_content, tool_calls, finish_reason, usage, token_ids, logprobs"
             )
         return Reply(**dict(value))
     raise GemkitError(f"a scripted reply must be a str, dict or Reply, got {type(value).__name__}")
@@ -189,6 +195,7 @@ class ScriptedOpenAIServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        self._add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -231,6 +238,15 @@ class ScriptedOpenAIServer:
         self._loop = self._thread = None
 
     # -- handlers -----------------------------------------------------------------------------
+
+    def _add_routes(self, app: web.Application) -> None:
+        """More endpoints, for subclasses (the token server adds completions and SGLang's)."""
+
+    def _finish_choice(
+        self, body: dict[str, Any], reply: Reply, choice: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A chat choice as sent; subclasses add fields (`reply` is the one before any cut)."""
+        return choice
 
     def _record(self, request: web.Request, body: Any) -> RecordedRequest:
         with self._lock:
@@ -352,8 +368,8 @@ class ScriptedOpenAIServer:
         choices = []
         completion_tokens = 0
         limit = body.get("max_tokens")
-        for i, reply in enumerate(replies):
-            reply = cut_to(reply, limit if isinstance(limit, int) and limit > 0 else None)
+        for i, original in enumerate(replies):
+            reply = cut_to(original, limit if isinstance(limit, int) and limit > 0 else None)
             message: dict[str, Any] = {"role": "assistant", "content": reply.content}
             if reply.reasoning_content is not None:
                 message["reasoning_content"] = reply.reasoning_content
@@ -366,7 +382,8 @@ class ScriptedOpenAIServer:
             completion_tokens += count_words(reply.content) + count_words(reply.reasoning_content)
             completion_tokens += sum(count_words(c["function"]["arguments"]) for c in calls)
             finish = reply.finish_reason or ("tool_calls" if calls else "stop")
-            choices.append({"index": i, "message": message, "finish_reason": finish})
+            choice = {"index": i, "message": message, "finish_reason": finish}
+            choices.append(self._finish_choice(body, original, choice))
         prompt_tokens = sum(
             count_words(_text_of(m)) for m in body["messages"] if isinstance(m, dict)
         )
