@@ -1,4 +1,5 @@
-"""`gemkit serve TARGET`: run a service (`search`: a BM25 search server over a JSONL corpus)."""
+"""`gemkit serve TARGET`: run a service (`search`: a BM25 search server over a JSONL corpus;
+`env`: an env server; `model`: a model server with token ids and weight updates)."""
 
 from __future__ import annotations
 
@@ -12,13 +13,15 @@ from gemkit.search.server import SearchLimits
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `gemkit serve` and its targets."""
-    p = sub.add_parser("serve", help="run a service (search server, env server)")
+    p = sub.add_parser("serve", help="run a service (search server, env server, model server)")
     p.set_defaults(func=run, serve_parser=p)
     targets = p.add_subparsers(dest="target", metavar="TARGET")
     _add_search(targets)
+    from gemkit.cli.serve_model import add_model_parser
     from gemkit.integrations.http_env import add_env_parser
 
     add_env_parser(targets)
+    add_model_parser(targets)
 
 
 def _add_search(targets: argparse._SubParsersAction) -> None:

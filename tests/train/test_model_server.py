@@ -1,0 +1,190 @@
+"""`gemkit serve model`: a real aiohttp server over the tiny model, with token ids, log-probs
+and versioned weight updates."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import aiohttp
+import pytest
+
+import gemkit
+from gemkit.llm import LLMClient, TokenPolicy
+from gemkit.rollout import run_episode
+from gemkit.trajectory import episode_sequence
+
+torch = pytest.importorskip("torch", reason="needs the `train` extra (torch, transformers)")
+pytest.importorskip("transformers", reason="needs the `train` extra (torch, transformers)")
+
+from aiohttp import web  # noqa: E402
+
+from gemkit.train.model_server import (  # noqa: E402
+    ModelServer,
+    ServerLimits,
+    ServerProcess,
+    load_engine,
+    state_bytes,
+)
+from gemkit.train.tokens import pack, token_logprobs  # noqa: E402
+
+ENV = "toy:Copy-v0"
+
+
+class Served:
+    """A `ModelServer` on a free 127.0.0.1 port of the test's event loop."""
+
+    def __init__(self, **kwargs):
+        self.engine = load_engine(tiny=ENV)
+        self.server = ModelServer(self.engine, **kwargs)
+
+    async def __aenter__(self):
+        self.runner = web.AppRunner(self.server.app())
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        self.root = f"http://127.0.0.1:{port}"
+        self.http = aiohttp.ClientSession()
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.http.close()
+        await self.runner.cleanup()
+
+    async def post(self, path, headers=None, **kwargs):
+        async with self.http.post(self.root + path, headers=headers, **kwargs) as resp:
+            return resp.status, json.loads(await resp.text())
+
+    def client(self, **kwargs) -> LLMClient:
+        return LLMClient(base_url=self.root + "/v1", model="m", backoff_base=0.01, **kwargs)
+
+
+async def test_served_logprobs_are_the_trainers_logprobs_for_the_same_weights():
+    async with Served() as s, s.client() as client:
+        episodes = await asyncio.gather(
+            *(run_episode(gemkit.make(ENV), TokenPolicy(client, s.engine.tokenizer, max_tokens=4), seed=k) for k in range(8))
+        )  # fmt: skip
+    assert all(ep.error is None for ep in episodes)
+    seqs = [episode_sequence(ep) for ep in episodes]
+    ids, attn, _ = pack([q.prompt_ids for q in seqs], [q.response_ids for q in seqs], 0)
+    logp = token_logprobs(s.engine.model, ids, attn)
+    for row, q in enumerate(seqs):
+        p = len(q.prompt_ids)
+        for j, (lp, m) in enumerate(zip(q.logprobs, q.mask, strict=True)):
+            if m:
+                assert float(logp[row, p + j].detach()) == pytest.approx(lp, abs=1e-4)
+    # concurrent episodes were sampled together: fewer forward passes than requests
+    assert s.server.rows == sum(ep.num_turns for ep in episodes)
+    assert s.server.batches < s.server.rows
+
+
+async def test_completions_answer_in_vllms_shape_with_the_weight_version():
+    async with Served() as s:
+        prompt = s.engine.tokenizer("Copy each word I show. Word: apple", add_special_tokens=False)[
+            "input_ids"
+        ]
+        body = {"prompt": prompt, "max_tokens": 3, "n": 2, "logprobs": 1, "return_token_ids": True, "return_tokens_as_token_ids": True}  # fmt: skip
+        status, out = await s.post("/v1/completions", json=body)
+    assert status == 200 and out["weight_version"] == "0" and len(out["choices"]) == 2
+    c = out["choices"][0]
+    assert c["prompt_token_ids"] == prompt and 1 <= len(c["token_ids"]) <= 3
+    assert c["logprobs"]["tokens"] == [f"token_id:{t}" for t in c["token_ids"]]
+    assert all(lp <= 0 for lp in c["logprobs"]["token_logprobs"])
+
+
+async def test_chat_completions_return_the_token_fields_when_asked():
+    async with Served() as s:
+        body = {"messages": [{"role": "user", "content": "Word: apple"}], "max_tokens": 2, "logprobs": True, "return_token_ids": True}  # fmt: skip
+        status, out = await s.post("/v1/chat/completions", json=body)
+    assert status == 200
+    from gemkit.llm.sampled import from_chat_choice
+
+    tokens = from_chat_choice(out["choices"][0], out)
+    assert (
+        tokens.version == 0
+        and tokens.prompt_ids
+        and len(tokens.logprobs) == len(tokens.completion_ids)
+    )
+
+
+async def test_a_weight_update_is_versioned_and_changes_what_is_sampled():
+    async with Served() as s:
+        prompt = [3, 4, 5]
+        _, before = await s.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": 1})  # fmt: skip
+        new = load_engine(tiny=ENV, seed=1).model  # other weights, same architecture
+        status, out = await s.post("/update_weights?weight_version=3", data=state_bytes(new))
+        assert (status, out["weight_version"]) == (200, "3")
+        _, after = await s.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": 1})  # fmt: skip
+        assert after["weight_version"] == "3"
+        assert (
+            after["choices"][0]["logprobs"]["token_logprobs"]
+            != before["choices"][0]["logprobs"]["token_logprobs"]
+        )
+        # versions only go up
+        status, out = await s.post("/update_weights?weight_version=3", data=state_bytes(new))
+        assert status == 409 and "greater than the current 3" in out["error"]
+
+
+async def test_weights_from_disk_use_sglangs_request(tmp_path):
+    async with Served() as s:
+        load_engine(tiny=ENV, seed=1).model.save_pretrained(tmp_path / "w")
+        status, out = await s.post("/update_weights_from_disk", json={"model_path": str(tmp_path / "w"), "weight_version": "1"})  # fmt: skip
+        assert (status, out["weight_version"]) == (200, "1")
+        status, out = await s.post("/update_weights_from_disk", json={"model_path": str(tmp_path / "none")})  # fmt: skip
+        assert status == 400 and "no *.safetensors" in out["error"]
+
+
+async def test_a_request_sampled_across_an_update_reports_one_version():
+    async with Served() as s, s.client() as client:
+        new = state_bytes(load_engine(tiny=ENV, seed=1).model)
+
+        async def sample():
+            policy = TokenPolicy(client, s.engine.tokenizer, max_tokens=4)
+            await policy.act("Copy each word I show. Word: apple")
+            return policy.last_tokens.version
+
+        results = await asyncio.gather(
+            *(sample() for _ in range(16)), s.post("/update_weights", data=new)
+        )
+    assert set(results[:-1]) <= {0, 1} and results[-1][0] == 200
+
+
+async def test_tokens_are_required_on_every_endpoint_when_set():
+    async with Served(token="s3cret") as s:
+        status, out = await s.post("/update_weights", data=b"x")
+        assert status == 401 and "Bearer" in out["error"]
+        status, _ = await s.post("/v1/completions", json={"prompt": [1]})
+        assert status == 401
+        status, _ = await s.post("/v1/completions", json={"prompt": [1], "max_tokens": 1}, headers={"Authorization": "Bearer s3cret"})  # fmt: skip
+        assert status == 200
+
+
+def test_serve_model_runs_as_a_command_and_answers():
+    with ServerProcess(["--tiny", ENV]) as proc:
+
+        async def ask():
+            async with LLMClient(base_url=proc.url, model="m") as client:
+                policy = TokenPolicy(client, load_engine(tiny=ENV).tokenizer, max_tokens=2)
+                await policy.act("Word: apple")
+                return policy.last_tokens
+
+        tokens = asyncio.run(ask())
+    assert tokens.version == 0 and 1 <= len(tokens.completion_ids) <= 2
+
+
+def test_serve_model_explains_a_missing_model(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "gemkit", "serve", "model", str(tmp_path / "nope")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    said = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2 and "is not a folder; pass a local Hugging Face" in said
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_server_limits_default_to_bounded_work():
+    limits = ServerLimits()
+    assert limits.max_tokens <= 1024 and limits.max_n <= 16 and limits.max_batch <= 256
