@@ -1,0 +1,125 @@
+"""Fully asynchronous GRPO: staleness, filtering, the corrected loss, and the example end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="needs the `train` extra (torch, transformers)")
+pytest.importorskip("transformers", reason="needs the `train` extra (torch, transformers)")
+
+from gemkit.train.offpolicy import (  # noqa: E402
+    FILTERED,
+    KEPT,
+    STALE,
+    Row,
+    admit,
+    corrected_loss,
+    pack_rows,
+    staleness,
+)
+
+
+def test_staleness_is_counted_from_the_oldest_token():
+    assert staleness(5, [5, 4, 3]) == 2
+    assert staleness(5, []) == 0
+    assert staleness(2, [3]) == 0  # a sample from a newer version than the learner's is fresh
+
+
+@pytest.mark.parametrize(
+    ("rewards", "versions", "verdict"),
+    [
+        ([1.0, 1.0, 1.0, 1.0], [5], FILTERED),  # no GRPO signal
+        ([0.0, 0.0, 0.0, 0.0], [5], FILTERED),
+        ([0.0, 1.0, 0.0, 0.0], [2], STALE),  # 3 versions behind, bound 2
+        ([0.0, 1.0, 0.0, 0.0], [3, 5], KEPT),  # exactly at the bound
+    ],
+)
+def test_admit_filters_equal_rewards_and_drops_groups_past_the_bound(rewards, versions, verdict):
+    assert admit(rewards, versions, 5, max_staleness=2) == verdict
+
+
+def test_filtering_can_be_turned_off():
+    assert admit([1.0, 1.0], [5], 5, max_staleness=0, filter_equal=False) == KEPT
+
+
+def _logp_setup():
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, requires_grad=True)
+    logp = torch.log_softmax(logits, dim=-1)
+    mask = torch.tensor([[0, 1, 1, 1, 0], [0, 0, 1, 1, 1]], dtype=torch.float32)
+    return logits, logp, mask
+
+
+def test_on_policy_tokens_get_the_plain_reinforce_gradient():
+    logits, logp, mask = _logp_setup()
+    adv = torch.tensor([1.0, -0.5])
+    loss, stats = corrected_loss(logp, logp.detach(), adv, mask)
+    (grad,) = torch.autograd.grad(loss, logits, retain_graph=True)
+    plain = -(adv.unsqueeze(1) * logp * mask).sum() / mask.sum()
+    (expected,) = torch.autograd.grad(plain, logits)
+    assert torch.allclose(grad, expected) and stats["is_weight"] == pytest.approx(1.0)
+
+
+def test_stale_tokens_are_weighted_by_the_truncated_importance_ratio():
+    logits, logp, mask = _logp_setup()
+    adv = torch.tensor([1.0, 1.0])
+    # the behaviour policy gave these tokens a log-prob 0.5 lower (ratio e^0.5) or 2 lower
+    behaviour = logp.detach() - torch.tensor([[0.5] * 5, [2.0] * 5])
+    loss, stats = corrected_loss(logp, behaviour, adv, mask, cap=2.0)
+    (grad,) = torch.autograd.grad(loss, logits, retain_graph=True)
+    weight = torch.tensor([[math.exp(0.5)] * 5, [2.0] * 5])  # e^2 > cap: truncated to 2
+    target = -(weight * adv.unsqueeze(1) * logp * mask).sum() / mask.sum()
+    (expected,) = torch.autograd.grad(target, logits)
+    assert torch.allclose(grad, expected)
+    assert stats["is_truncated"] == pytest.approx(3 / 6)
+
+
+def test_pack_rows_puts_the_loss_mask_and_behaviour_logprobs_after_each_prompt():
+    rows = [
+        Row([1, 2], [3, 4, 5], [1, 0, 1], [-0.1, 0.0, -0.3], 1.0),
+        Row([6], [7], [1], [-0.7], -1.0),
+    ]
+    ids, attn, mask, behaviour = pack_rows(rows, pad_id=0)
+    assert ids.tolist() == [[1, 2, 3, 4, 5], [6, 7, 0, 0, 0]]
+    assert mask.tolist() == [[0, 0, 1, 0, 1], [0, 1, 0, 0, 0]]
+    assert attn.tolist() == [[1, 1, 1, 1, 1], [1, 1, 0, 0, 0]]
+    assert behaviour[0].tolist() == pytest.approx([0, 0, -0.1, 0, -0.3])
+
+
+def test_async_grpo_runs_end_to_end_against_its_model_server(example, tmp_path):
+    trainer = example("async_grpo")
+    history = trainer.main(
+        ["--tiny", "--env", "toy:Copy-v0", "--steps", "4", "--num-groups", "2", "--in-flight", "8",
+         "--no-progress", "--out", str(tmp_path / "run")]
+    )  # fmt: skip
+    assert [h["step"] for h in history] == [1, 2, 3, 4]
+    assert [h["version"] for h in history] == [1, 2, 3, 4]
+    assert all(h["staleness_max"] <= 2 for h in history)
+    assert history[-1]["episodes"] >= 4 * 2 * 4 and history[-1]["errors"] == 0
+    lines = (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["step"] == 4
+    assert (tmp_path / "run" / "final" / "config.json").exists()
+    log = (tmp_path / "run" / "server.log").read_text()
+    assert "serving" in log
+
+
+def test_async_grpo_learns_to_copy_words(example, tmp_path):
+    trainer = example("async_grpo")
+    history = trainer.main(
+        ["--tiny", "--env", "toy:Copy-v0", "--steps", "30", "--no-progress",
+         "--out", str(tmp_path / "run"), "--seed", "0"]
+    )  # fmt: skip
+    curve = [h["return"] for h in history]
+    assert np.mean(curve[-5:]) > np.mean(curve[:3]) + 0.4, np.round(curve, 2).tolist()
+
+
+def test_async_grpo_explains_bad_flags(example):
+    trainer = example("async_grpo")
+    with pytest.raises(SystemExit, match="exactly one of --tiny or --model"):
+        trainer.main(["--env", "toy:Copy-v0"])
+    with pytest.raises(SystemExit, match="--weight-sync must be"):
+        trainer.main(["--tiny", "--weight-sync", "nccl"])
