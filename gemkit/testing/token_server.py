@@ -205,7 +205,7 @@ class TokenScriptedServer(ScriptedOpenAIServer):
             }
         if body.get("return_token_ids"):
             choice["token_ids"] = s.completion_ids
-            choice["prompt_token_ids"] = prompt_ids
+            choice["prompt_token_ids"] = s.prompt_ids  # what it conditioned on
         usage = {
             "prompt_tokens": len(prompt_ids),
             "completion_tokens": len(s.completion_ids),
