@@ -173,12 +173,24 @@ async def push_weights(
             raise GemkitError(f"the server refused the weights: {await resp.text()}")
 
 
+async def busy_seconds(session: aiohttp.ClientSession, root: str) -> float | None:
+    """Seconds the server spent generating so far (a gemkit server reports it), else None."""
+    async with session.get(f"{root}/health") as resp:
+        try:
+            data = await resp.json(content_type=None)
+        except ValueError:
+            return None
+    return float(data["busy_s"]) if isinstance(data, dict) and "busy_s" in data else None
+
+
 async def check_tokenizer(session: aiohttp.ClientSession, root: str, tokenizer) -> None:
     """A gemkit server must use the learner's vocabulary, or every id would mean another token."""
     async with session.get(f"{root}/health") as resp:
-        if resp.status != 200:
-            return  # not a gemkit server
-        served = (await resp.json()).get("tokenizer_hash")
+        try:
+            data = await resp.json(content_type=None)
+        except ValueError:
+            return  # not a gemkit server (SGLang's /health has no body)
+    served = data.get("tokenizer_hash") if isinstance(data, dict) else None
     if served and served != vocab_hash(tokenizer):
         raise GemkitError("the server's tokenizer is not the learner's; serve the same model")
 
@@ -218,6 +230,17 @@ def learn(model, optimizer, tokenizer, rows: list[Row], args: Args) -> dict[str,
             stats.setdefault(key, []).append(value)
     model.eval()
     return {k: float(np.mean(v)) for k, v in stats.items()}
+
+
+async def next_group(ready: asyncio.Queue, workers: list[asyncio.Task]) -> Group:
+    """The next finished group; a worker that stopped (its episodes kept failing) raises."""
+    get = asyncio.ensure_future(ready.get())
+    await asyncio.wait([get, *workers], return_when=asyncio.FIRST_COMPLETED)
+    if get.done():
+        return get.result()
+    get.cancel()
+    failed = next(w for w in workers if w.done())
+    raise failed.exception() or GemkitError("a rollout worker stopped")
 
 
 def group_return(g: Group) -> float:
@@ -261,8 +284,8 @@ async def train(args: Args, model, tokenizer, server: ServerProcess | None) -> l
             counts["tokens"] += sum(len(t.tokens.completion_ids) for t in episode.turns if t.tokens)
             if episode.error is not None:
                 counts["errors"] += 1
-                if counts["errors"] > 10 * max(1, counts["episodes"] // 10):
-                    raise GemkitError(f"episodes keep failing: {episode.error}")
+                if counts["errors"] >= 8 and counts["errors"] > counts["episodes"] / 2:
+                    raise GemkitError(f"most episodes fail; the last one: {episode.error}")
             group.episodes.append(episode)
             if len(group.episodes) == args.group_size:
                 await ready.put(group)
@@ -270,8 +293,8 @@ async def train(args: Args, model, tokenizer, server: ServerProcess | None) -> l
     history: list[dict] = []
     console = Console(stderr=True)
     async with aiohttp.ClientSession() as session:
-        if server is not None:
-            await check_tokenizer(session, root, tokenizer)
+        await check_tokenizer(session, root, tokenizer)
+        busy0, t_start = await busy_seconds(session, root), time.perf_counter()
         workers = [asyncio.create_task(worker()) for _ in range(args.in_flight)]
         try:
             with (
@@ -285,10 +308,7 @@ async def train(args: Args, model, tokenizer, server: ServerProcess | None) -> l
                     seen: list[Group] = []
                     lags: list[int] = []
                     while len(batch) < args.num_groups:
-                        group = await ready.get()
-                        for w in workers:
-                            if w.done() and w.exception():
-                                raise w.exception()
+                        group = await next_group(ready, workers)
                         seen.append(group)
                         if any(ep.error for ep in group.episodes):
                             continue
@@ -339,6 +359,11 @@ async def train(args: Args, model, tokenizer, server: ServerProcess | None) -> l
                         soft_wrap=True,
                     )
                     progress.advance(task)
+            busy = await busy_seconds(session, root)
+            if busy is not None and busy0 is not None and history:
+                share = (busy - busy0) / (time.perf_counter() - t_start)
+                history[-1]["generator_busy"] = share
+                console.print(f"the model server was generating {share:.0%} of the run")
         finally:
             for w in workers:
                 w.cancel()

@@ -83,11 +83,26 @@ def token_id(value: Any, where: str) -> int:
 
 
 def _ids(values: Any, where: str) -> list[int]:
+    if isinstance(values, list) and all(type(v) is int for v in values):
+        return list(values)  # the common case, without a check per id
     if not isinstance(values, Sequence) or isinstance(values, (str, bytes)):
         raise SampledTokensError(
             f"{where}: expected a list of token ids, got {type(values).__name__}"
         )
     return [token_id(v, f"{where}[{i}]") for i, v in enumerate(values)]
+
+
+def _logprobs(values: list[Any], where: str) -> list[float]:
+    if all(type(v) is float and v <= 0.0 for v in values):
+        return list(values)  # the common case, without a check per value
+    return [_logprob(v, f"{where} {j}") for j, v in enumerate(values)]
+
+
+def _token_ids(raw: list[Any], where: str) -> list[int] | None:
+    """Ids from vLLM's `"token_id:N"` strings; None when the tokens are text."""
+    if not raw or not all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in raw):
+        return None
+    return [token_id(t, f"{where}[{j}]") for j, t in enumerate(raw)]
 
 
 def _logprob(value: Any, where: str) -> float:
@@ -147,13 +162,9 @@ def from_chat_choice(choice: Mapping[str, Any], body: Mapping[str, Any]) -> Samp
         choice.get("logprobs"), Mapping
     ) else None  # fmt: skip
     tokens = logprobs = None
-    if isinstance(content, list):
-        logprobs = [
-            _logprob(c.get("logprob"), f"{where} logprob {j}") for j, c in enumerate(content)
-        ]
-        raw = [c.get("token") for c in content]
-        if all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in raw) and raw:
-            tokens = [token_id(t, f"{where} logprob token {j}") for j, t in enumerate(raw)]
+    if isinstance(content, list) and all(isinstance(c, Mapping) for c in content):
+        logprobs = _logprobs([c.get("logprob") for c in content], f"{where} logprob")
+        tokens = _token_ids([c.get("token") for c in content], f"{where} logprob token")
     if ids is None and tokens is None:
         return None
     ids, logprobs = _paired(ids, tokens, logprobs, where)
@@ -169,15 +180,11 @@ def from_completion_choice(choice: Mapping[str, Any], body: Mapping[str, Any]) -
     tokens = logprobs = None
     if isinstance(lp, Mapping):
         raw = lp.get("tokens")
-        if (
-            isinstance(raw, list)
-            and raw
-            and all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in raw)
-        ):
-            tokens = [token_id(t, f"{where} logprobs.tokens[{j}]") for j, t in enumerate(raw)]
+        if isinstance(raw, list):
+            tokens = _token_ids(raw, f"{where} logprobs.tokens")
         values = lp.get("token_logprobs")
         if isinstance(values, list):
-            logprobs = [_logprob(v, f"{where} token_logprobs[{j}]") for j, v in enumerate(values)]
+            logprobs = _logprobs(values, f"{where} token_logprobs")
     ids, logprobs = _paired(ids, tokens, logprobs, where)
     prompt = choice.get("prompt_token_ids", body.get("prompt_token_ids"))
     return SampledTokens(ids, logprobs, _optional_ids(prompt, "prompt_token_ids"), _version(body))

@@ -575,6 +575,7 @@ class ModelServer:
                 "tokenizer_hash": self.engine.tokenizer_hash,
                 "batches": self.batches,
                 "rows": self.rows,
+                "busy_s": round(self.busy_s, 3),
             }
         )
 

@@ -123,3 +123,13 @@ def test_async_grpo_explains_bad_flags(example):
         trainer.main(["--env", "toy:Copy-v0"])
     with pytest.raises(SystemExit, match="--weight-sync must be"):
         trainer.main(["--tiny", "--weight-sync", "nccl"])
+
+
+def test_async_grpo_explains_a_server_it_cannot_reach(example, tmp_path):
+    from gemkit.train.model_server import free_port
+
+    trainer = example("async_grpo")
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    with pytest.raises(SystemExit, match="error: Cannot connect"):
+        trainer.main(["--tiny", "--env", "toy:Copy-v0", "--server", url, "--no-progress",
+                      "--out", str(tmp_path / "run")])  # fmt: skip
