@@ -19,6 +19,7 @@ _EXPORTS: dict[str, str] = {
     "LLMConfigError": "gemkit.llm.client",
     "LLMPolicy": "gemkit.llm.policy",
     "TokenPolicy": "gemkit.llm.token_policy",
+    "TokenBatcher": "gemkit.llm.token_policy",
     "generate_tokens": "gemkit.llm.token_policy",
     "SampledTokens": "gemkit.llm.sampled",
     "SampledTokensError": "gemkit.llm.sampled",

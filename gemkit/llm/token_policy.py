@@ -14,12 +14,16 @@ Protocols:
 - `"sglang"`: `POST {base_url}/generate` with `input_ids` and `return_logprob` (SGLang's
   native API; `base_url` without `/v1`).
 
+A `TokenBatcher` in place of the client sends the turns of many concurrent episodes that are
+ready together as one batched `/v1/completions` request.
+
 The action handed to the env is the tokenizer's decoding of the sampled ids, so the reward
 is earned by the very tokens a trainer then trains on, whatever text the server sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -58,15 +62,98 @@ async def generate_tokens(
             **sampling,
         }
         data = await client.post_json("/completions", body)
-        choices = data.get("choices")
-        if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
-            raise LLMError(f"the endpoint answered with no choices: {str(data)[:300]}")
-        return from_completion_choice(choices[0], data)
+        return from_completion_choice(_choices(data)[0], data)
     if protocol == "sglang":
         params = {"max_new_tokens": max_tokens, "temperature": temperature, **sampling}
         body = {"input_ids": list(context), "sampling_params": params, "return_logprob": True}
         return from_sglang(await client.post_json("/generate", body), context)
     raise GemkitError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+
+
+class TokenBatcher:
+    """Sends the token requests of many concurrent episodes as batched `/v1/completions` calls.
+
+    vLLM and `gemkit serve model` take a list of token-id prompts in one request. Episodes
+    still run on their own (each awaits only its own completion); the turns that are ready
+    within `wait_s` of each other, with the same sampling parameters, share one HTTP round
+    trip, which is most of a turn's cost on a small model. Pass it to `TokenPolicy` instead of
+    the client.
+    """
+
+    def __init__(self, client: LLMClient, *, max_batch: int = 64, wait_s: float = 0.001):
+        if max_batch < 1:
+            raise GemkitError(f"max_batch must be >= 1, got {max_batch}")
+        self.client = client
+        self.max_batch = max_batch
+        self.wait_s = wait_s
+        self.requests = 0
+        self._pending: dict[tuple, list[tuple[list[int], asyncio.Future]]] = {}
+        self._flush: asyncio.TimerHandle | None = None
+        self._sending: set[asyncio.Task] = set()  # held so that no send is garbage-collected
+
+    async def generate(
+        self, context: list[int], *, max_tokens: int, temperature: float, **sampling: Any
+    ) -> SampledTokens:
+        """Sample one completion of `context`, sent together with other episodes' turns."""
+        loop = asyncio.get_running_loop()
+        key = (max_tokens, temperature, tuple(sorted(sampling.items())))
+        future: asyncio.Future = loop.create_future()
+        self._pending.setdefault(key, []).append((list(context), future))
+        if len(self._pending[key]) >= self.max_batch:
+            self._send_all()
+        elif self._flush is None:
+            self._flush = loop.call_later(self.wait_s, self._send_all)
+        return await future
+
+    def _send_all(self) -> None:
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        pending, self._pending = self._pending, {}
+        for key, items in pending.items():
+            for start in range(0, len(items), self.max_batch):
+                task = asyncio.ensure_future(self._send(key, items[start : start + self.max_batch]))
+                self._sending.add(task)
+                task.add_done_callback(self._sending.discard)
+
+    async def _send(self, key: tuple, items: list[tuple[list[int], asyncio.Future]]) -> None:
+        max_tokens, temperature, sampling = key
+        body = {
+            "model": self.client.model,
+            "prompt": [context for context, _ in items],
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            **VLLM_COMPLETION_TOKEN_FIELDS,
+            **dict(sampling),
+        }
+        self.requests += 1
+        try:
+            data = await self.client.post_json("/completions", body)
+            choices = sorted(_choices(data), key=lambda c: c.get("index", 0))
+            if len(choices) != len(items):
+                raise LLMError(
+                    f"the server answered {len(choices)} choices for {len(items)} prompts"
+                )
+            results = [from_completion_choice(c, data) for c in choices]
+        except Exception as e:  # noqa: BLE001 - every waiting episode gets the error
+            for _, future in items:
+                if not future.done():
+                    future.set_exception(e)
+            return
+        for (_, future), result in zip(items, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
+
+def _choices(data: dict[str, Any]) -> list[Mapping[str, Any]]:
+    choices = data.get("choices")
+    if (
+        not isinstance(choices, list)
+        or not choices
+        or not all(isinstance(c, Mapping) for c in choices)
+    ):
+        raise LLMError(f"the endpoint answered with no choices: {str(data)[:300]}")
+    return choices
 
 
 class TokenPolicy:
@@ -81,7 +168,7 @@ class TokenPolicy:
 
     def __init__(
         self,
-        client: LLMClient,
+        client: LLMClient | TokenBatcher,
         tokenizer: Any,
         *,
         system_prompt: str | None = None,
@@ -93,6 +180,10 @@ class TokenPolicy:
     ):
         if protocol not in PROTOCOLS:
             raise GemkitError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        if isinstance(client, TokenBatcher) and protocol != "completions":
+            raise GemkitError(
+                "a TokenBatcher sends /v1/completions requests; use protocol='completions'"
+            )
         self.client = client
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
@@ -116,14 +207,19 @@ class TokenPolicy:
         else:
             new = reply_ids(self.tokenizer, observation_text(observation))
         context = self.context + new
-        sampled = await generate_tokens(
-            self.client,
-            context,
-            protocol=self.protocol,
-            max_tokens=self.max_tokens,
-            temperature=self.temperature,
-            **self.sampling,
-        )
+        if isinstance(self.client, TokenBatcher):
+            sampled = await self.client.generate(
+                context, max_tokens=self.max_tokens, temperature=self.temperature, **self.sampling
+            )
+        else:
+            sampled = await generate_tokens(
+                self.client,
+                context,
+                protocol=self.protocol,
+                max_tokens=self.max_tokens,
+                temperature=self.temperature,
+                **self.sampling,
+            )
         if sampled.prompt_ids is not None and sampled.prompt_ids != context:
             raise LLMError(
                 f"the server sampled after {len(sampled.prompt_ids)} prompt tokens that differ "
