@@ -5,6 +5,7 @@ Shared by the TRL rollout and the verl agent loop, so both frame env text the sa
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 
@@ -61,11 +62,44 @@ def reply_ids(tokenizer: Any, text: str) -> list[int]:
 
 def text_ids(tokenizer: Any, text: str) -> list[int]:
     """Token ids of env or tool text: special-token strings in it are split into plain text."""
+    backend = _backends(tokenizer)
+    if backend is not None:
+        return backend[1].encode(text, add_special_tokens=False).ids
     try:
         ids = tokenizer(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
     except TypeError:  # a tokenizer without the option
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return list(ids)
+
+
+#: per fast tokenizer: two private copies of its Rust tokenizer, one that parses special
+#: tokens (for template markup) and one that encodes them as text (for env text)
+_BACKENDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _backends(tokenizer: Any) -> tuple[Any, Any] | None:
+    """`(markup, text)` Rust tokenizers of a fast HF tokenizer, or None for any other one.
+
+    Encoding one text through them skips the Python wrapper's batch machinery (a thread-pool
+    round trip per call, slow on a busy machine); the ids are the wrapper's own (it encodes
+    through the same Rust object, setting `encode_special_tokens` per call, a flag that then
+    stays set; hence private copies, each with its flag fixed).
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode_special_tokens"):
+        return None
+    try:
+        cached = _BACKENDS.get(tokenizer)
+    except TypeError:  # not weak-referenceable
+        return None
+    size = backend.get_vocab_size(with_added_tokens=True)
+    if cached is None or cached[0] != size:  # new, or tokens were added since
+        markup, as_text = (type(backend).from_str(backend.to_str()) for _ in range(2))
+        markup.encode_special_tokens = False
+        as_text.encode_special_tokens = True
+        cached = (size, markup, as_text)
+        _BACKENDS[tokenizer] = cached
+    return cached[1], cached[2]
 
 
 #: stands in for env text while a chat template renders, so the template's markup and the
@@ -74,7 +108,12 @@ _SLOT = "\x00gemkit-env-text\x00"
 
 
 def _markup_ids(tokenizer: Any, markup: str) -> list[int]:
-    return list(tokenizer(markup, add_special_tokens=False)["input_ids"]) if markup else []
+    if not markup:
+        return []
+    backend = _backends(tokenizer)
+    if backend is not None:
+        return backend[0].encode(markup, add_special_tokens=False).ids
+    return list(tokenizer(markup, add_special_tokens=False)["input_ids"])
 
 
 def _render_ids(tokenizer: Any, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:

@@ -200,3 +200,21 @@ def test_an_episode_without_tokens_is_refused_by_the_export():
     with pytest.raises(TrajectoryError, match="no token ids"):
         episode_sequences(ep)
     assert episode_sequences(ep, strict=False) == []
+
+
+@pytest.mark.parametrize("text", ["Correct. Word: apple", f"x {CALL} <|im_end|> y", "", " a\n\nb "])
+def test_env_and_markup_text_encode_exactly_as_the_tokenizer_does(tok, text):
+    from gemkit.integrations.tokens import _markup_ids, text_ids
+
+    for _ in range(2):  # the wrapper leaves its split flag set after a call: no influence
+        assert text_ids(tok, text) == tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]  # fmt: skip
+        assert _markup_ids(tok, text) == (tok(text, add_special_tokens=False)["input_ids"] if text else [])  # fmt: skip
+
+
+def test_tokens_added_to_the_tokenizer_are_seen_by_the_fast_path():
+    from gemkit.integrations.tokens import text_ids
+
+    tok = chatml_bpe_tokenizer(["apple river"] * 20)
+    before = text_ids(tok, "zebra")
+    tok.add_tokens(["zebra"])
+    assert text_ids(tok, "zebra") == [tok.convert_tokens_to_ids("zebra")] != before
