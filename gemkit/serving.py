@@ -204,6 +204,7 @@ def run_app(
     token: str | None,
     on_start: Callable[[], None] | None = None,
     warn: Callable[[str], None] = log.warning,
+    loop: asyncio.AbstractEventLoop | None = None,
 ) -> None:
     """Serve `app` until interrupted (blocking); `on_start` runs once the port is bound.
 
@@ -222,6 +223,7 @@ def run_app(
             port=port,
             access_log=None,
             print=(lambda _: on_start()) if on_start else None,
+            loop=loop,
         )
     except OSError as e:
         raise GemkitError(

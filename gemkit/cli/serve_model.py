@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from gemkit.cli.console import console
+from gemkit.errors import GemkitError
 
 
 def _positive_int(text: str) -> int:
@@ -37,6 +38,12 @@ def add_model_parser(targets: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=_positive_int, default=256, help="cap on max_tokens")
     p.add_argument("--max-batch", type=_positive_int, default=64, help="rows per forward pass")
     p.add_argument("--max-body-kb", type=_positive_int, default=4096, help="JSON body limit")
+    p.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=3.0,
+        help="wait this long for more requests before a forward pass (default 3)",
+    )
     p.add_argument("--ready-file", help="write the base URL to this file once serving")
     p.add_argument(
         "--token",
@@ -51,13 +58,19 @@ def run_model(args: argparse.Namespace) -> int:
 
     from gemkit.serving import check_port, resolve_token, run_app
     from gemkit.train.model_server import ModelServer, ServerLimits, load_engine
+    from gemkit.vector.aio import new_event_loop
 
     check_port(args.port)
     torch.set_num_threads(max(1, args.threads))
     with console.status("loading the model …"):
         engine = load_engine(args.path, tiny=args.tiny, seed=args.seed, device=args.device)
+    if not 0 <= args.batch_wait_ms <= 1000:
+        raise GemkitError(f"--batch-wait-ms must be from 0 to 1000, got {args.batch_wait_ms:g}")
     limits = ServerLimits(
-        max_tokens=args.max_tokens, max_batch=args.max_batch, max_body=args.max_body_kb * 1024
+        max_tokens=args.max_tokens,
+        max_batch=args.max_batch,
+        max_body=args.max_body_kb * 1024,
+        batch_wait_s=args.batch_wait_ms / 1000,
     )
     token = resolve_token(args.token)
     server = ModelServer(engine, limits=limits, token=token)
@@ -73,5 +86,8 @@ def run_model(args: argparse.Namespace) -> int:
         if args.ready_file:
             Path(args.ready_file).write_text(url)
 
-    run_app(server.app(), args.host, args.port, token=token, on_start=started)
+    # uvloop (a core dependency) when installed: less overhead per request
+    run_app(
+        server.app(), args.host, args.port, token=token, on_start=started, loop=new_event_loop()
+    )
     return 0

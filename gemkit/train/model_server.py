@@ -58,6 +58,7 @@ class ServerLimits:
     max_batch: int = 64
     max_body: int = 4 * 1024 * 1024
     max_temperature: float = 10.0
+    batch_wait_s: float = 0.003
 
 
 # -- generation ------------------------------------------------------------------------------
@@ -332,6 +333,10 @@ class ModelServer:
         assert self._queue is not None
         while True:
             items = [await self._queue.get()]
+            if self.limits.batch_wait_s > 0 and self._queue.qsize() + 1 < self.limits.max_batch:
+                # a forward pass costs about the same for 1 row as for 30 on a small model:
+                # waiting briefly for the requests on their way makes each pass serve more
+                await asyncio.sleep(self.limits.batch_wait_s)
             while not self._queue.empty() and len(items) < self.limits.max_batch:
                 items.append(self._queue.get_nowait())
             by_temperature: dict[float, list] = {}
@@ -374,8 +379,6 @@ class ModelServer:
         return body
 
     def _prompt_ids(self, prompt: Any, max_tokens: int) -> list[int]:
-        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
-            prompt = prompt[0]  # a batch of one
         if isinstance(prompt, str):
             ids = list(self.engine.tokenizer(prompt, add_special_tokens=False)["input_ids"])
         elif isinstance(prompt, list) and all(
@@ -419,23 +422,38 @@ class ModelServer:
     def _finish(self, ids: list[int], max_tokens: int) -> str:
         return "stop" if ids and ids[-1] == self.engine.eos_id else "length"
 
+    def _prompts(self, prompt: Any, max_tokens: int, n: int) -> list[list[int]]:
+        """The prompts of a completions request: one, or a batch (a list of id lists)."""
+        if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
+            if len(prompt) * n > self.limits.max_batch:
+                raise RequestError(
+                    400,
+                    f"{len(prompt)} prompts x n={n} is over the server's {self.limits.max_batch} "
+                    "rows per request; send fewer prompts per request",
+                )
+            return [self._prompt_ids(p, max_tokens) for p in prompt]
+        return [self._prompt_ids(prompt, max_tokens)]
+
     async def _completions(self, request: web.Request) -> web.Response:
         body = await self._json(request, '{"prompt": [ids] or "text", "max_tokens": n}')
         max_tokens, temperature, n = sampling_fields(body, self.limits)
         if "prompt" not in body:
             raise RequestError(400, "the body needs 'prompt': a list of token ids or a string")
-        prompt = self._prompt_ids(body["prompt"], max_tokens)
-        version, rows = await self.generate([prompt] * n, max_tokens, temperature)
+        prompts = self._prompts(body["prompt"], max_tokens, n)
+        # vLLM's order: the n choices of the first prompt, then of the second, ...
+        rows_for = [p for p in prompts for _ in range(n)]
+        version, rows = await self.generate(rows_for, max_tokens, temperature)
         as_ids = bool(body.get("return_tokens_as_token_ids"))
+        with_ids = bool(body.get("return_token_ids"))
         choices = []
-        for i, (ids, logprobs) in enumerate(rows):
+        for i, (prompt, (ids, logprobs)) in enumerate(zip(rows_for, rows, strict=True)):
             choice: dict[str, Any] = {
                 "index": i,
                 "text": self.engine.tokenizer.decode(ids, skip_special_tokens=True),
                 "finish_reason": self._finish(ids, max_tokens),
                 "stop_reason": None,
-                "token_ids": ids if body.get("return_token_ids") else None,
-                "prompt_token_ids": prompt if body.get("return_token_ids") else None,
+                "token_ids": ids if with_ids else None,
+                "prompt_token_ids": prompt if with_ids else None,
             }
             if body.get("logprobs") is not None:
                 choice["logprobs"] = {
@@ -445,6 +463,13 @@ class ModelServer:
                     "text_offset": None,
                 }
             choices.append(choice)
+        completion = sum(len(r[0]) for r in rows)
+        prompt_tokens = sum(len(p) for p in rows_for)
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
         return web.json_response(
             {
                 "id": f"cmpl-{time.monotonic_ns():x}",
@@ -452,7 +477,7 @@ class ModelServer:
                 "created": int(time.time()),
                 "model": self.engine.name,
                 "choices": choices,
-                "usage": self._usage(prompt, rows),
+                "usage": usage,
                 "weight_version": str(version),
             }
         )
@@ -633,6 +658,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _die_with_parent() -> None:
+    """In the child, before exec: on Linux, get SIGTERM when the parent dies (even by a kill
+    that skips its cleanup), so a server never outlives the trainer that started it."""
+    import sys
+
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class ServerProcess:
     """`gemkit serve model` in a child process on 127.0.0.1: started, awaited, stopped.
 
@@ -660,7 +697,9 @@ class ServerProcess:
         cmd += ["--port", str(self.port), "--ready-file", str(ready)]
         self._ready = ready
         self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
         return self
 
     def wait(self, timeout: float = 300.0) -> str:
@@ -690,6 +729,103 @@ class ServerProcess:
             self._log = None
 
     def __enter__(self) -> ServerProcess:
+        self.start()
+        self.wait()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+        self._dir.cleanup()
+
+
+class ForkedServer:
+    """The model server in a forked child of this process, over `model` exactly as it is now.
+
+    The child shares the parent's imports and weights (copy-on-write): no second start-up,
+    no second load, and the served weights are the learner's by construction. CPU only (CUDA
+    does not survive a fork); fork before this process starts threads or an event loop. Same
+    interface as `ServerProcess`.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str = "policy",
+        seed: int = 0,
+        limits: ServerLimits | None = None,
+        token: str | None = None,
+        log_path: str | Path | None = None,
+    ):
+        import tempfile
+
+        self.model, self.tokenizer, self.name, self.seed = model, tokenizer, name, seed
+        self.limits, self.token = limits or ServerLimits(), token
+        self._dir = tempfile.TemporaryDirectory(prefix="gemkit-serve-")
+        self.log_path = Path(log_path) if log_path else Path(self._dir.name) / "server.log"
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/v1"
+        self._ready = Path(self._dir.name) / "ready"
+        self.proc: Any = None
+
+    def start(self) -> ForkedServer:
+        """Fork the child (returns at once; `wait` blocks until it serves)."""
+        import multiprocessing
+
+        if str(getattr(self.model, "device", "cpu")) != "cpu":
+            raise GemkitError("a forked server needs a CPU model; use ServerProcess for CUDA")
+        ctx = multiprocessing.get_context("fork")
+        self.proc = ctx.Process(target=self._serve, name="gemkit-model-server", daemon=True)
+        self.proc.start()
+        return self
+
+    def _serve(self) -> None:  # in the child
+        import os
+        import sys
+
+        from gemkit.serving import run_app
+        from gemkit.vector.aio import new_event_loop
+
+        _die_with_parent()
+        log = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        torch.set_num_threads(1)
+        engine = ModelEngine(self.model, self.tokenizer, name=self.name, seed=self.seed)
+        server = ModelServer(engine, limits=self.limits, token=self.token)
+
+        def started() -> None:
+            os.write(1, f"serving {self.name} on {self.url} (forked, weight_version 0)\n".encode())
+            self._ready.write_text(self.url)
+
+        run_app(server.app(), "127.0.0.1", self.port, token=self.token, on_start=started,
+                loop=new_event_loop())  # fmt: skip
+        sys.exit(0)
+
+    def wait(self, timeout: float = 300.0) -> str:
+        """Block until the child serves; its base URL. A child that died is a GemkitError."""
+        deadline = time.monotonic() + timeout
+        while not self._ready.exists():
+            if not self.proc.is_alive():
+                tail = self.log_path.read_text()[-1500:] if self.log_path.exists() else ""
+                raise GemkitError(f"the model server exited ({self.proc.exitcode}):\n{tail}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise GemkitError(f"the model server did not start within {timeout:g} s")
+            time.sleep(0.02)
+        return self.url
+
+    def stop(self) -> None:
+        """Stop the child (safe to call twice)."""
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(30)
+            if self.proc.is_alive():
+                self.proc.kill()
+                self.proc.join(30)
+
+    def __enter__(self) -> ForkedServer:
         self.start()
         self.wait()
         return self

@@ -188,3 +188,39 @@ def test_serve_model_explains_a_missing_model(tmp_path):
 def test_server_limits_default_to_bounded_work():
     limits = ServerLimits()
     assert limits.max_tokens <= 1024 and limits.max_n <= 16 and limits.max_batch <= 256
+
+
+def test_a_server_started_by_a_trainer_dies_with_it(tmp_path):
+    # the trainer is killed without any chance to clean up (SIGKILL): its server must not
+    # stay behind holding a port and a model
+    import os
+    import signal
+    import time
+
+    pytest.importorskip("ctypes")
+    if not sys.platform.startswith("linux"):
+        pytest.skip("parent-death signals are a Linux feature")
+    script = tmp_path / "trainer.py"
+    script.write_text(
+        "import time\n"
+        "from gemkit.train.model_server import ServerProcess\n"
+        f"p = ServerProcess(['--tiny', {ENV!r}]).start()\n"
+        "p.wait()\n"
+        "print(p.proc.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    trainer = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child = int(trainer.stdout.readline())
+    os.kill(trainer.pid, signal.SIGKILL)
+    trainer.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            state = open(f"/proc/{child}/stat").read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state == "Z":  # exited; its new parent has not reaped it yet
+            return
+        time.sleep(0.2)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the server outlived the trainer that started it")
