@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
     "GemkitError": "gemkit.errors",
     "UnknownEnvError": "gemkit.errors",
     "LLMClient": "gemkit.llm.client",
-    "LLMPolicy": "gemkit.llm.policy",
+    "LLMPolicy": "gemkit.llm.chat_policy",
     "ChatHistory": "gemkit.wrappers.history",
     "Tool": "gemkit.tools.base",
     "ToolResult": "gemkit.tools.base",
@@ -83,8 +83,8 @@ if TYPE_CHECKING:  # pragma: no cover
         Wrapper,
     )
     from gemkit.errors import GemkitError, UnknownEnvError
+    from gemkit.llm.chat_policy import LLMPolicy
     from gemkit.llm.client import LLMClient
-    from gemkit.llm.policy import LLMPolicy
     from gemkit.policy import Policy, RandomPolicy, ScriptedPolicy, make_policy
     from gemkit.registry import EnvSpec, list_envs, make, make_vec, register, spec
     from gemkit.tools.base import Tool, ToolResult

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from gemkit.errors import GemkitError
-from gemkit.integrations.tokens import observation_text as _text
+from gemkit.integrations.episode_tokens import observation_text as _text
 
 #: How env feedback is framed after the model's turn; `{observation}` is the env's text.
 #: The default closes the assistant turn and opens a user turn in ChatML (Qwen, many others).

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gemkit.errors import GemkitError
-from gemkit.integrations.tokens import observation_text as _text
-from gemkit.integrations.tokens import prompt_ids, reply_ids
+from gemkit.integrations.episode_tokens import observation_text as _text
+from gemkit.integrations.episode_tokens import prompt_ids, reply_ids
 
 #: `generate(context_ids) -> (token_ids, logprobs or None)`
 Generate = Callable[[list[int]], Awaitable[tuple[list[int], list[float] | None]]]

@@ -1,6 +1,6 @@
 """LLM access: an OpenAI-compatible async client, an LLM policy, and token counters.
 
-Names are imported on first use, so `gemkit.llm.tokens` stays light.
+Names are imported on first use, so `gemkit.llm.token_counters` stays light.
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ _EXPORTS: dict[str, str] = {
     "Usage": "gemkit.llm.client",
     "LLMError": "gemkit.llm.client",
     "LLMConfigError": "gemkit.llm.client",
-    "LLMPolicy": "gemkit.llm.policy",
-    "hermes_tool_calls": "gemkit.llm.policy",
-    "TokenCounter": "gemkit.llm.tokens",
-    "HeuristicTokenCounter": "gemkit.llm.tokens",
-    "HFTokenCounter": "gemkit.llm.tokens",
-    "as_counter": "gemkit.llm.tokens",
+    "LLMPolicy": "gemkit.llm.chat_policy",
+    "hermes_tool_calls": "gemkit.llm.chat_policy",
+    "TokenCounter": "gemkit.llm.token_counters",
+    "HeuristicTokenCounter": "gemkit.llm.token_counters",
+    "HFTokenCounter": "gemkit.llm.token_counters",
+    "as_counter": "gemkit.llm.token_counters",
 }
 
 __all__ = sorted(_EXPORTS)

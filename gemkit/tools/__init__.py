@@ -22,10 +22,10 @@ TOOL_NAMES: dict[str, str] = {
 _EXPORTS: dict[str, str] = {
     "FunctionTool": "gemkit.tools.function",
     "tool": "gemkit.tools.function",
-    "ToolCall": "gemkit.tools.parsing",
-    "ParseError": "gemkit.tools.parsing",
-    "ParsedAction": "gemkit.tools.parsing",
-    "parse_action": "gemkit.tools.parsing",
+    "ToolCall": "gemkit.tools.calls",
+    "MalformedCall": "gemkit.tools.calls",
+    "ParsedAction": "gemkit.tools.calls",
+    "parse_action": "gemkit.tools.calls",
     "ToolEnvWrapper": "gemkit.tools.wrapper",
     "wrap_with_tools": "gemkit.tools.wrapper",
 }
@@ -33,7 +33,7 @@ _EXPORTS: dict[str, str] = {
 __all__ = [
     "TOOL_NAMES",
     "FunctionTool",
-    "ParseError",
+    "MalformedCall",
     "ParsedAction",
     "Tool",
     "ToolCall",
@@ -47,8 +47,8 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # pragma: no cover
+    from gemkit.tools.calls import MalformedCall, ParsedAction, ToolCall, parse_action
     from gemkit.tools.function import FunctionTool, tool
-    from gemkit.tools.parsing import ParsedAction, ParseError, ToolCall, parse_action
     from gemkit.tools.wrapper import ToolEnvWrapper, wrap_with_tools
 
 

@@ -19,15 +19,15 @@ import gymnasium
 from gemkit.core import ResetResult, StepResult, Wrapper
 from gemkit.errors import GemkitError
 from gemkit.tools.base import Tool, ToolError, ToolResult
-from gemkit.tools.function import result_to_text, tool
-from gemkit.tools.parsing import (
+from gemkit.tools.calls import (
     DEFAULT_FORMATS,
     FORMATS,
-    ParseError,
+    MalformedCall,
     ToolCall,
     parse_action,
     tag_field,
 )
+from gemkit.tools.function import result_to_text, tool
 
 log = logging.getLogger(__name__)
 
@@ -273,7 +273,7 @@ class ToolEnvWrapper(Wrapper):
             return obs, reward, terminated, truncated, info
         return await self._run(parsed.items)
 
-    async def _run(self, items: list[ToolCall | ParseError]) -> StepResult:
+    async def _run(self, items: list[ToolCall | MalformedCall]) -> StepResult:
         results: list[ToolResult | None] = [None] * len(items)
         ids = []
         for item in items:
@@ -292,7 +292,7 @@ class ToolEnvWrapper(Wrapper):
                 )
                 continue
             self.tool_uses += 1
-            if isinstance(item, ParseError):
+            if isinstance(item, MalformedCall):
                 results[i] = ToolResult(
                     f"Error: {item.message}", is_error=True, metadata={"kind": item.kind}
                 )
@@ -399,7 +399,7 @@ class ToolEnvWrapper(Wrapper):
 
     def _render(
         self,
-        items: list[ToolCall | ParseError],
+        items: list[ToolCall | MalformedCall],
         ids: list[str],
         results: list[ToolResult],
         truncated: bool,

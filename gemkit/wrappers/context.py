@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 from gemkit.core import ResetResult, StepResult, Wrapper, inner_runs_sync
 from gemkit.errors import GemkitError
-from gemkit.llm.tokens import TokenCounter, as_counter
+from gemkit.llm.token_counters import TokenCounter, as_counter
 from gemkit.wrappers.history import ChatHistory
 
 log = logging.getLogger(__name__)

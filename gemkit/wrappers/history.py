@@ -19,7 +19,7 @@ from typing import Any
 
 from gemkit.core import ObservationWrapper, ResetResult, StepResult, Wrapper, inner_runs_sync
 from gemkit.errors import GemkitError
-from gemkit.llm.tokens import TokenCounter, as_counter
+from gemkit.llm.token_counters import TokenCounter, as_counter
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 OMITTED = "[... earlier history omitted ...]"

@@ -19,7 +19,7 @@ from gemkit.synth.qa.verify import check_text
 from gemkit.synth.world import build_world
 from gemkit.testing import ReplayOpenAIServer
 from gemkit.tools.base import Tool, ToolResult
-from gemkit.tools.parsing import parse_action
+from gemkit.tools.calls import parse_action
 from gemkit.tools.search import SearchTool
 from gemkit.wrappers.context import SUMMARY_PROMPT
 

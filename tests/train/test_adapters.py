@@ -13,8 +13,8 @@ import pytest
 
 import gemkit
 from gemkit.errors import GemkitError
+from gemkit.integrations.episode_tokens import reply_ids
 from gemkit.integrations.openrlhf import agent_instance_class, parse_label, prompts_jsonl
-from gemkit.integrations.tokens import reply_ids
 from gemkit.integrations.verl import _env_of, _token_output, play_episode, verl_rows
 
 pytest.importorskip("tokenizers", reason="needs the `train` extra (tokenizers, transformers)")
