@@ -15,7 +15,7 @@ from gemkit.policy import ScriptedPolicy as ScriptedPolicy
 from gemkit.registry import EnvSpec as EnvSpec
 from gemkit.registry import list_envs as list_envs
 from gemkit.registry import make as make
-from gemkit.policy import make_policy as make_policy
+from gemkit.registry import make_policy as make_policy
 from gemkit.registry import make_vec as make_vec
 from gemkit.registry import register as register
 from gemkit.registry import spec as spec

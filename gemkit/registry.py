@@ -20,6 +20,7 @@ from gemkit.errors import InvalidEnvIdError, RegistrationError, UnknownEnvError
 
 if TYPE_CHECKING:
     from gemkit.core import Env
+    from gemkit.policy import Policy
     from gemkit.vector import VectorEnv
 
 log = logging.getLogger(__name__)
@@ -272,3 +273,26 @@ def make_vec(
 
         return RayVectorEnv([factory] * num_envs, autoreset_mode=autoreset_mode)
     raise ValueError(f"unknown vector mode {mode!r}; expected 'sync', 'async' or 'ray'")
+
+
+def make_policy(name: str, env_id: str, *, seed: int | None = None, **kwargs: Any) -> Policy:
+    """Build a policy by name for an env id: `expert`, `random`, or `llm` (kwargs go to it).
+
+    For `llm`, pass one shared `client=` to every policy so its concurrency limit applies to
+    all of them; other kwargs (`system_prompt`, `tools`, sampling) go to `LLMPolicy`.
+    """
+    if name == "expert":
+        return spec(env_id).make_expert()
+    if name == "random":
+        from gemkit.policy import RandomPolicy
+
+        env = make(env_id)
+        sampler = getattr(env.unwrapped, "random_action", None)
+        env.close()
+        return RandomPolicy(sampler, seed=seed)
+    if name == "llm":
+        from gemkit.llm import LLMClient, LLMPolicy
+
+        client = kwargs.pop("client", None) or LLMClient()
+        return LLMPolicy(client, **kwargs)
+    raise ValueError(f"unknown policy {name!r}; expected 'expert', 'random' or 'llm'")

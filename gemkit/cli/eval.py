@@ -115,8 +115,7 @@ def summary_table(summary: dict[str, dict[str, float]]) -> Table:
 async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     from gemkit.errors import GemkitError
     from gemkit.evaluate import EPISODES_FILE, evaluate, read_done
-    from gemkit.policy import make_policy
-    from gemkit.registry import spec
+    from gemkit.registry import make_policy, spec
 
     for env_id in args.env_ids:
         spec(env_id)  # unknown ids fail before any work

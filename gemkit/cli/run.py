@@ -49,8 +49,7 @@ def run_policy(
     env_ids: list[str], policy: str, n: int, seed: int, concurrency: int, out: Path | None
 ) -> dict[str, dict[str, float]]:
     """Run `policy` on each id with a progress bar; save and summarise the episodes."""
-    from gemkit.policy import make_policy
-    from gemkit.registry import spec
+    from gemkit.registry import make_policy, spec
     from gemkit.rollout import run_episodes, save_jsonl, summarize
 
     for env_id in env_ids:
