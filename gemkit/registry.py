@@ -1,9 +1,11 @@
 """Env registry: `register`, `make`, `make_vec`, `spec`, `list_envs`.
 
 Ids follow `family:Name-vN[-level]` (version and level optional, e.g. `rg:leg_counting`).
-Built-in families live in `gemkit.envs.<family>` and are imported only when first needed;
-third-party packages add families through the `gemkit.envs` entry-point group, whose entries
-point at a module (imported) or a callable (called) that calls `register`.
+Every family, built-in or third-party, comes from the `gemkit.envs` entry-point group
+(gemkit's own are listed in its `pyproject.toml`): an entry points at a module (imported) or
+a callable (called) that calls `register`. An entry named `F` or `F.<part>` registers ids of
+family `F` and is loaded when an id of `F` is first needed; the others load when an id is
+not found, or for a full listing. The registry itself names no family.
 """
 
 from __future__ import annotations
@@ -30,19 +32,9 @@ ID_RE = re.compile(
     r"(?:-v(?P<version>\d+))?(?:-(?P<level>[A-Za-z0-9_.]+))?$"
 )
 
-#: family -> module that registers its ids on import
-BUILTIN_FAMILIES: dict[str, str] = {
-    "game": "gemkit.envs.games",
-    "math": "gemkit.envs.math",
-    "code": "gemkit.envs.code",
-    "qa": "gemkit.envs.qa",
-    "rg": "gemkit.envs.reasoning_gym",
-    "toolworld": "gemkit.envs.toolworld",
-    "terminal": "gemkit.envs.terminal",
-    "multiagent": "gemkit.envs.multiagent",
-    "toy": "gemkit.envs.toy",
-}
 ENTRY_POINT_GROUP = "gemkit.envs"
+#: the distribution whose entries are gemkit's own (their errors are bugs, not plugin trouble)
+OWN_DISTRIBUTION = "gemkit"
 
 EntryPoint = str | Callable[..., "Env"]
 
@@ -101,8 +93,8 @@ def parse_id(env_id: str) -> dict[str, Any]:
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
-_loaded_families: set[str] = set()
-_entry_points_loaded = False
+_entries: list[Any] | None = None  # the group's entry points, read once per process
+_loaded: set[str] = set()  # "dist/name" of the entries already loaded
 
 
 def register(
@@ -142,42 +134,54 @@ def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
     return obj
 
 
-def _load_family(family: str) -> None:
-    if family in _loaded_families:
-        return
-    _loaded_families.add(family)
-    module = BUILTIN_FAMILIES.get(family)
-    if module is None:
-        return
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name and (e.name == module or module.startswith(e.name + ".")):
-            return  # family not built (yet) in this install
-        raise
+def _entry_points() -> list[Any]:
+    global _entries
+    if _entries is None:
+        from importlib.metadata import entry_points
+
+        _entries = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+    return _entries
 
 
-def _load_entry_points() -> None:
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    from importlib.metadata import entry_points
+def _own(ep: Any) -> bool:
+    dist = getattr(ep, "dist", None)
+    return dist is not None and dist.name == OWN_DISTRIBUTION
 
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+
+def _load(ep: Any) -> None:
+    key = f"{getattr(ep.dist, 'name', '?')}/{ep.name}"
+    if key in _loaded:
+        return
+    _loaded.add(key)
+    if _own(ep):
+        obj = ep.load()  # a failing built-in family is a bug to see, not to skip
+    else:
         try:
             obj = ep.load()
         except Exception as e:  # a broken plugin must not break gemkit
             log.warning("could not load env plugin %s (%s): %s", ep.name, ep.value, e)
-            continue
-        if callable(obj):
-            obj()
+            return
+    if callable(obj):
+        obj()
+
+
+def _load_family(family: str) -> None:
+    """Load the entries that register ids of `family` (named `family` or `family.<part>`)."""
+    for ep in _entry_points():
+        if ep.name == family or ep.name.startswith(family + "."):
+            _load(ep)
+
+
+def _load_plugins() -> None:
+    """Load every third-party entry (they may register ids of any family)."""
+    for ep in _entry_points():
+        if not _own(ep):
+            _load(ep)
 
 
 def _load_all() -> None:
-    for family in BUILTIN_FAMILIES:
-        _load_family(family)
-    _load_entry_points()
+    for ep in _entry_points():
+        _load(ep)
 
 
 def spec(env_id: str) -> EnvSpec:
@@ -205,7 +209,7 @@ def list_envs(family: str | None = None, tag: str | None = None) -> list[EnvSpec
         _load_all()
     else:
         _load_family(family)
-        _load_entry_points()
+        _load_plugins()
     return sorted(
         (
             s
