@@ -1,0 +1,141 @@
+"""`QARecord`: one synthesized, verified question (`gemkit synth qa`, read by `qa:Synth-v0`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from gemkit.records.base import Json, Part, Record
+
+
+class Sentence(Part):
+    """A supporting sentence and the corpus doc it is found in."""
+
+    doc_id: str
+    text: str
+
+
+class Edit(Part):
+    """One accepted edit: `inject` (an entity replaced by a fact about it) or `fuzz`."""
+
+    op: Literal["inject", "fuzz"]
+    before: str
+    after: str
+    fact: Sentence | None = None
+
+
+class RejectedEdit(Part):
+    """An edit a check refused, with the stage that refused it and why."""
+
+    op: str
+    before: str
+    after: str
+    fact: Sentence | None = None
+    stage: str
+    reason: str
+    question: str | None = None
+
+
+class Seed(Part):
+    """The seed question the record was grown from."""
+
+    question: str
+    answer: str
+
+
+class TextCheck(Part):
+    """Whether the question's text says what its logical form says."""
+
+    passed: bool
+    asked_type: str | None = None
+    problems: list[str] = []
+    reason: str = ""
+
+
+class Quality(Part):
+    """Stage 1: one bounded question that does not give its answer away, grounded facts."""
+
+    passed: bool
+    reason: str = ""
+    answer_leaked: bool | None = None
+    one_question: bool | None = None
+    chars: int | None = None
+    words: int | None = None
+    text: TextCheck | None = None
+    grounded: str | None = None
+    ungrounded: list[str] = []
+    answer_follows: bool | None = None
+
+
+class ClosedBookGuesses(Part):
+    """What the offline closed-book baselines guessed."""
+
+    popular: list[str] = []
+    lexical: list[str] = []
+    prior: list[str] = []
+
+
+class ModelClosedBook(Part):
+    """A model's closed-book answers (LLM and outside-corpus modes)."""
+
+    samples: list[str] = []
+    correct: int | None = None
+
+
+class Difficulty(Part):
+    """Stage 2: closed-book solvers fail, a tool-using solver succeeds."""
+
+    passed: bool
+    reason: str = ""
+    closed_book_correct: int = 0
+    closed_book_tries: int = 0
+    closed_book_guesses: ClosedBookGuesses | None = None
+    llm_closed_book: ModelClosedBook | None = None
+    tool_solver_success: bool | None = None
+    tool_calls: int = 0
+
+
+class Uniqueness(Part):
+    """Stage 3: exactly one answer fits the question."""
+
+    passed: bool
+    reason: str = ""
+    candidates: int | None = None
+    checked: list[str] | None = None
+    also_fit: list[str] | None = None
+
+
+class Verification(Part):
+    """The three verification stages' verdicts and figures."""
+
+    quality: Quality
+    difficulty: Difficulty
+    uniqueness: Uniqueness
+
+
+class QARecord(Record):
+    """A kept question with its answer, evidence, edit history and verification."""
+
+    KIND = "QA"
+    VERSION = 1
+
+    id: str
+    question: str
+    answer: str
+    answer_aliases: list[str] = []
+    supporting_facts: list[Sentence]
+    edits: list[Edit] = []
+    n_inject: int
+    n_fuzz: int
+    verification: Verification
+    seed: Seed
+    corpus: str
+    #: the constraints the question states, a nested tree (`gemkit.synth.qa.logic`)
+    logical_form: Json = None
+    answer_type: str | None = None
+    rejected_edits: list[RejectedEdit] = []
+    #: the work item the record came from (a run's item k is seeded by (seed, k))
+    k: int
+
+    def golds(self) -> list[str]:
+        """The answer followed by its aliases."""
+        return [self.answer, *self.answer_aliases]
