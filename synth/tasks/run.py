@@ -17,25 +17,40 @@ produces the same records it would have produced uninterrupted.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from gemkit.envs.toolworld.category import task_from_record
+from gemkit.envs.toolworld.env import TASKS_FILE
 from gemkit.errors import GemkitError
-from gemkit.synth.tasks import get_category
-from gemkit.synth.tasks.base import Category, Synthesized, Task, TaskSynthesisError, synthesize
+from gemkit.records.base import RecordError
+from gemkit.records.tasks import Code, PassAtK, TaskRecord, TaskStats, TaskText, ToolSchema
+from gemkit.synth.tasks.base import Synthesized, TaskGenerator, TaskSynthesisError, synthesize
+from gemkit.synth.tasks.generators import get_category
 
 log = logging.getLogger(__name__)
 
-TASKS_FILE = "tasks.jsonl"
+__all__ = [
+    "RunConfig",
+    "RunSummary",
+    "make_record",
+    "pass_at_k",
+    "run_synthesis",
+    "task_from_record",
+]
+
+T = TypeVar("T")
+
 REJECTED_FILE = "rejected.jsonl"
 PROGRESS_FILE = "progress.log"
 
@@ -99,47 +114,28 @@ def target_level(config: RunConfig, index: int) -> int:
 
 
 def make_record(
-    category: Category, syn: Synthesized, tid: str, database: str, seed: list[int]
-) -> dict[str, Any]:
-    """The JSON record of one synthesized task (its database lives at `database`)."""
+    category: TaskGenerator, syn: Synthesized, tid: str, database: str, seed: list[int]
+) -> TaskRecord:
+    """The record of one synthesized task (its database lives at `database`)."""
     task = syn.task
-    return {
-        "id": tid,
-        "category": category.name,
-        "level": task.level,
-        "database": database,
-        "tools": category.tool_schemas(task.tools),
-        "task": {
-            "prompt": task.prompt,
-            "answer_format": task.answer_format,
-            "spec": task.spec,
-        },
-        "constraints": task.constraints,
-        "verifier": {"kind": "builtin", "ref": category.verifier_ref()},
-        "solution": {"kind": "builtin", "ref": category.solution_ref()},
-        "reference_answer": syn.reference_answer,
-        "stats": {
-            "n_valid_solutions": syn.n_valid,
-            "n_answers": syn.history[-1]["n_answers"],
-            "valid_fraction": syn.history[-1]["valid_fraction"],
-            "pass_at_k": None,
-        },
-        "history": syn.history,
-        "seed": seed,
-    }
-
-
-def task_from_record(record: dict[str, Any]) -> Task:
-    """The `Task` a record describes."""
-    t = record["task"]
-    return Task(
-        category=record["category"],
-        level=int(record["level"]),
-        spec=t.get("spec", {}),
-        prompt=t["prompt"],
-        answer_format=t["answer_format"],
-        constraints=list(record["constraints"]),
-        tools=[s["name"] for s in record["tools"]],
+    return TaskRecord(
+        id=tid,
+        category=category.name,
+        level=task.level,
+        database=database,
+        tools=[ToolSchema(**t) for t in category.tool_schemas(task.tools)],
+        task=TaskText(prompt=task.prompt, answer_format=task.answer_format, spec=task.spec),
+        constraints=task.constraints,
+        verifier=Code(kind="builtin", ref=category.verifier_ref()),
+        solution=Code(kind="builtin", ref=category.solution_ref()),
+        reference_answer=syn.reference_answer,
+        stats=TaskStats(
+            n_valid_solutions=syn.n_valid,
+            n_answers=syn.history[-1]["n_answers"],
+            valid_fraction=syn.history[-1]["valid_fraction"],
+        ),
+        history=syn.history,
+        seed=seed,
     )
 
 
@@ -147,7 +143,7 @@ def task_from_record(record: dict[str, Any]) -> Task:
 
 
 def pass_at_k(
-    record: dict[str, Any],
+    record: TaskRecord,
     root: Path,
     k: int,
     *,
@@ -157,25 +153,25 @@ def pass_at_k(
 ) -> int:
     """Play the task k times through its `toolworld:` env; return how many tries passed.
 
-    The default policy is the category's baseline agent, seeded per try.
+    The default policy is the category's baseline agent, seeded per try. The tries run on
+    their own event loop, so this works from sync code called inside a running loop too
+    (a built-in set made when `gemkit run` first makes its env).
     """
+    from gemkit.envs.toolworld.baselines import baseline_for
     from gemkit.envs.toolworld.env import make_toolworld
     from gemkit.rollout import run_episode
-    from gemkit.synth.tasks.baselines import baseline_for
 
-    env = make_toolworld(record["category"], records=[record], root=root)
+    env = make_toolworld(records=[record], root=root)
 
     async def play() -> int:
         passes = 0
         for i in range(k):
             policy = (
-                policy_factory(i) if policy_factory else baseline_for(record["category"], seed + i)
+                policy_factory(i) if policy_factory else baseline_for(record.category, seed + i)
             )
-            episode = await run_episode(
-                env, policy, env_id=record["id"], seed=i, max_steps=max_steps
-            )
+            episode = await run_episode(env, policy, env_id=record.id, seed=i, max_steps=max_steps)
             if episode.error:
-                log.warning("pass@k try %d of %s failed: %s", i, record["id"], episode.error)
+                log.warning("pass@k try %d of %s failed: %s", i, record.id, episode.error)
             passes += int(episode.success)
             closer = getattr(getattr(policy, "client", None), "close", None)
             if closer is not None:  # an LLM policy's HTTP session
@@ -183,9 +179,20 @@ def pass_at_k(
         return passes
 
     try:
-        return asyncio.run(play())
+        return run_to_end(play())
     finally:
         env.unwrapped.close()
+
+
+def run_to_end(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to its end from sync code: here, or on a worker thread's own loop when
+    the calling thread's loop is running (where `asyncio.run` cannot start a second one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gemkit-pass-at-k") as ex:
+        return ex.submit(asyncio.run, coro).result()
 
 
 # -- one task -------------------------------------------------------------------------------
@@ -197,7 +204,7 @@ class Outcome:
 
     index: int
     id: str
-    record: dict[str, Any] | None = None
+    record: TaskRecord | None = None
     reason: str = ""
     levels: list[int] = field(default_factory=list)
 
@@ -246,7 +253,7 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
             seed=config.seed * 1_000_003 + index * 101,
             policy_factory=factory,
         )
-        record["stats"]["pass_at_k"] = {"k": config.k, "passes": passes}
+        record.stats.pass_at_k = PassAtK(k=config.k, passes=passes)
         if passes == 0:
             db_path.unlink(missing_ok=True)
             return Outcome(index, tid, reason=f"0 passes in {config.k} tries")
@@ -314,6 +321,7 @@ class RunSummary:
     """The outcome of a run: kept records (old and new), rejections, and per-level figures."""
 
     out: Path
+    #: the kept records, each in its JSON form (`TaskRecord.to_json()`)
     records: list[dict[str, Any]]
     rejected: int
     new: int
@@ -352,7 +360,7 @@ def run_synthesis(
     out = config.out
     (out / "db").mkdir(parents=True, exist_ok=True)
     tasks_file, rejected_file = out / TASKS_FILE, out / REJECTED_FILE
-    records = repair_jsonl(tasks_file)
+    records = [_checked(r, tasks_file, n) for n, r in enumerate(repair_jsonl(tasks_file), 1)]
     rejected = repair_jsonl(rejected_file)
     done = {r["id"] for r in records} | {r["id"] for r in rejected}
     resumed = len(records)
@@ -373,11 +381,12 @@ def run_synthesis(
     def settle(o: Outcome) -> None:
         nonlocal kept, new, n_rejected
         if o.record is not None:
-            append_jsonl(tasks_file, o.record)
-            records.append(o.record)
+            row = o.record.to_json()
+            append_jsonl(tasks_file, row)
+            records.append(row)
             kept += 1
             new += 1
-            append_progress(out, f"{o.id}: kept at level {o.record['level']} ({kept}/{config.n})")
+            append_progress(out, f"{o.id}: kept at level {o.record.level} ({kept}/{config.n})")
         else:
             append_jsonl(rejected_file, {"id": o.id, "reason": o.reason})
             n_rejected += 1
@@ -422,35 +431,28 @@ def _run_parallel(
 
 
 def export_datasets(out: Path, records: list[dict[str, Any]]) -> Path | None:
-    """Save the records as a Hugging Face `datasets` folder at `out/datasets` (nested as JSON)."""
+    """Save the records as a Hugging Face `datasets` folder at `out/datasets`.
+
+    The columns are `TaskRecord`'s fields, nested as in `tasks.jsonl`; only its free-form
+    JSON fields (tool parameter schemas, the spec, the reference answer) are JSON text.
+    """
     try:
-        import datasets
+        import datasets  # noqa: F401
     except ImportError:
         log.warning("`datasets` is not installed: skipping the export (pip install datasets)")
         return None
-    rows = [
-        {
-            "id": r["id"],
-            "category": r["category"],
-            "level": r["level"],
-            "database": r["database"],
-            "prompt": r["task"]["prompt"],
-            "answer_format": r["task"]["answer_format"],
-            "constraints": r["constraints"],
-            "tools": json.dumps(r["tools"], ensure_ascii=False),
-            "spec": json.dumps(r["task"].get("spec", {}), ensure_ascii=False),
-            "verifier": json.dumps(r["verifier"], ensure_ascii=False),
-            "solution": json.dumps(r["solution"], ensure_ascii=False),
-            "reference_answer": json.dumps(r["reference_answer"], ensure_ascii=False),
-            "stats": json.dumps(r["stats"], ensure_ascii=False),
-            "history": json.dumps(r["history"], ensure_ascii=False),
-        }
-        for r in records
-    ]
-    target = out / "datasets"
-    datasets.disable_progress_bars()
-    datasets.Dataset.from_list(rows).save_to_disk(str(target))
-    return target
+    from gemkit.records.export import save_dataset
+
+    typed = [TaskRecord.parse(r) for r in records]
+    return save_dataset(typed, TaskRecord, out / "datasets")
+
+
+def _checked(raw: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
+    """A kept record read back on resume, checked against the schema (one-line error)."""
+    try:
+        return TaskRecord.parse(raw, f"{path}, line {line}").to_json()
+    except RecordError as e:
+        raise TaskSynthesisError(f"{e}; resume needs a folder this gemkit wrote") from None
 
 
 def config_dict(config: RunConfig) -> dict[str, Any]:

@@ -114,7 +114,7 @@ def test_llm_mode_repairs_hardens_records_and_plays(tmp_path):
         summary = run_synthesis(config)
         asked = [r.body["messages"] for r in server.chat_requests]
     assert len(summary.records) == 1
-    record = load_records(tmp_path)[0]
+    record = load_records(tmp_path)[0].to_json()
     assert record["level"] == 2 and [h["level"] for h in record["history"]] == [1, 2]
     assert record["history"][0]["repairs"] == 1
     assert record["solution"]["kind"] == "code" and "def solution" in record["solution"]["code"]

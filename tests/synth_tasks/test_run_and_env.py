@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 import gemkit
+from gemkit.envs.toolworld.agent import parse_results
+from gemkit.envs.toolworld.baselines import baseline_for
 from gemkit.envs.toolworld.env import load_records, make_toolworld
 from gemkit.registry import spec
-from gemkit.synth.tasks.agent import parse_results
-from gemkit.synth.tasks.baselines import baseline_for
+from gemkit.synth.tasks.builtin_sets import make_builtin
 from gemkit.synth.tasks.run import RunConfig, repair_jsonl, run_synthesis
 
 RECORD_KEYS = {
@@ -85,13 +86,13 @@ def test_tool_results_reach_the_agent_as_data(trip_run):
 
 def test_builtin_set_is_generated_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMKIT_CACHE_DIR", str(tmp_path))
-    env = make_toolworld("trip_planning", builtin_n=2)
+    env = make_builtin("trip_planning", builtin_n=2)
     obs, info = env.reset(seed=1)
     assert "Plan a" in obs
     folders = list((tmp_path / "toolworld").iterdir())
     assert len(folders) == 1 and (folders[0] / "tasks.jsonl").is_file()
     mtime = (folders[0] / "tasks.jsonl").stat().st_mtime
-    make_toolworld("trip_planning", builtin_n=2).reset(seed=2)
+    make_builtin("trip_planning", builtin_n=2).reset(seed=2)
     assert (folders[0] / "tasks.jsonl").stat().st_mtime == mtime
 
 
@@ -115,7 +116,7 @@ def test_torn_last_line_is_dropped(tmp_path):
 
 
 def _ids(folder: Path) -> list[str]:
-    return [r["id"] for r in load_records(folder)]
+    return [r.id for r in load_records(folder)]
 
 
 def test_a_run_killed_mid_write_resumes_with_nothing_lost_or_duplicated(tmp_path):
@@ -141,7 +142,7 @@ def test_a_run_killed_mid_write_resumes_with_nothing_lost_or_duplicated(tmp_path
     resumed = run_synthesis(RunConfig(out=killed, **args))
     assert resumed.resumed >= 1
     assert _ids(killed) == [r["id"] for r in whole.records]
-    assert [r["reference_answer"] for r in load_records(killed)] == [
+    assert [r.reference_answer for r in load_records(killed)] == [
         r["reference_answer"] for r in whole.records
     ]
     assert sorted(p.name for p in (killed / "db").iterdir()) == sorted(

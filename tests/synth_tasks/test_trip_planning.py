@@ -10,15 +10,11 @@ import sqlite3
 import numpy as np
 import pytest
 
-from gemkit.synth.tasks import get_category
-from gemkit.synth.tasks.base import Database
-from gemkit.synth.tasks.trip_planning import (
-    DAY_KEYS,
-    _snapshot,
-    build_trip_database,
-    parse_trip_prompt,
-)
-from gemkit.synth.tasks.trip_planning_solution import DEFAULT_TIERS
+from gemkit.envs.toolworld.trip_planning import DAY_KEYS, parse_trip_prompt
+from gemkit.envs.toolworld.trip_planning import snapshot as _snapshot
+from gemkit.envs.toolworld.trip_rules import DEFAULT_TIERS
+from gemkit.synth.tasks import Database, get_category
+from gemkit.synth.tasks.trip_database import build_trip_database
 
 CAT = get_category("trip_planning")
 
