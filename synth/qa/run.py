@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 
 from gemkit.errors import GemkitError
+from gemkit.records.base import RecordError
+from gemkit.records.qa import QARecord
 from gemkit.synth.qa.agent import (
     AgentConfig,
     QAState,
@@ -261,25 +263,25 @@ class Synthesizer:
         self._loop = None
 
     def record(self, rid: str, k: int, state: Any, verification: dict[str, Any]) -> dict[str, Any]:
-        """The record of a kept question (the schema `qa:Synth` and users read)."""
-        return {
-            "id": rid,
-            "question": state.question,
-            "answer": state.answer,
-            "answer_aliases": [a for a in state.aliases if a != state.answer],
-            "supporting_facts": [{"doc_id": s["doc_id"], "text": s["text"]} for s in state.support],
-            "edits": [{"op": e["op"], "before": e["before"], "after": e["after"], "fact": e["fact"]}
-                      for e in state.edits],
-            "n_inject": state.n_inject,
-            "n_fuzz": state.n_fuzz,
-            "verification": verification,
-            "seed": state.seed,
-            "corpus": self.corpus_name,
-            "logical_form": state.lf,
-            "answer_type": state.lf["type"] if state.lf else None,
-            "rejected_edits": state.rejected,
-            "k": k,
-        }
+        """The record of a kept question, checked against `QARecord` (what `qa:Synth` reads)."""
+        return QARecord(
+            id=rid,
+            question=state.question,
+            answer=state.answer,
+            answer_aliases=[a for a in state.aliases if a != state.answer],
+            supporting_facts=[{"doc_id": s["doc_id"], "text": s["text"]} for s in state.support],
+            edits=[{"op": e["op"], "before": e["before"], "after": e["after"], "fact": e["fact"]}
+                   for e in state.edits],
+            n_inject=state.n_inject,
+            n_fuzz=state.n_fuzz,
+            verification=verification,
+            seed=state.seed,
+            corpus=self.corpus_name,
+            logical_form=state.lf,
+            answer_type=state.lf["type"] if state.lf else None,
+            rejected_edits=state.rejected,
+            k=k,
+        ).to_json()
 
     @staticmethod
     def _rejection(rid: str, k: int, state: Any, stage: str, reason: str,
@@ -488,36 +490,26 @@ def _ray_outcomes(todo: Iterator[int], corpus: Path, config: RunConfig, index_di
 
 
 def read_records(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The kept records of a run folder."""
-    return _read_jsonl(Path(out) / "qa.jsonl")
+    """The kept records of a run folder, each checked against `QARecord` (its JSON form)."""
+    path = Path(out) / "qa.jsonl"
+    out_records = []
+    for n, raw in enumerate(_read_jsonl(path), 1):
+        try:
+            out_records.append(QARecord.parse(raw, f"{path}, line {n}").to_json())
+        except RecordError as e:
+            raise GemkitError(str(e)) from None
+    return out_records
 
 
 def export_dataset(out: str | os.PathLike[str]) -> Path:
     """Save qa.jsonl as a Hugging Face `datasets` folder at `out/dataset`.
 
-    Nested fields whose shape varies from record to record (the logical form, verification
-    details, edit history) are stored as JSON strings, so every row has one Arrow schema.
+    The columns are `QARecord`'s fields, nested as in qa.jsonl (supporting facts, edits,
+    rejected edits, verification stages as structs and lists); only the logical form, a
+    recursive tree, is JSON text.
     """
-    import datasets
+    from gemkit.records.export import save_dataset
 
     out = Path(out)
-    rows = []
-    for r in read_records(out):
-        rows.append({
-            "id": r["id"],
-            "question": r["question"],
-            "answer": r["answer"],
-            "answer_aliases": list(r.get("answer_aliases") or []),
-            "supporting_facts": r["supporting_facts"],
-            "edits": json.dumps(r["edits"], ensure_ascii=False),
-            "n_inject": r["n_inject"],
-            "n_fuzz": r["n_fuzz"],
-            "verification": json.dumps(r["verification"], ensure_ascii=False),
-            "seed": r["seed"],
-            "corpus": r["corpus"],
-            "logical_form": json.dumps(r.get("logical_form"), ensure_ascii=False),
-        })
-    path = out / "dataset"
-    datasets.disable_progress_bars()  # the CLI shows its own progress; a library stays quiet
-    datasets.Dataset.from_list(rows).save_to_disk(str(path))
-    return path
+    records = [QARecord.parse(r) for r in read_records(out)]
+    return save_dataset(records, QARecord, out / "dataset")
