@@ -52,7 +52,7 @@ class ResultsWriter:
         self._f = path.open("a")
 
     def write(self, record: dict[str, Any]) -> None:
-        """Append and sync one record."""
+        """Append and sync one record (a record's JSON form, `EpisodeRecord.to_json()`)."""
         self._f.write(json.dumps(record, default=str) + "\n")
         self._f.flush()
         os.fsync(self._f.fileno())
@@ -96,7 +96,7 @@ async def evaluate(
             skip = [k for k in range(n) if episode_key(env_id, k) in done]
 
             def record(k: int, ep: Episode, env_id: str = env_id) -> None:
-                row = {"key": episode_key(env_id, k), "index": k, **ep.to_dict()}
+                row = ep.to_record(key=episode_key(env_id, k), index=k).to_json()
                 (errors if ep.error else writer).write(row)
                 if not ep.error:
                     done[row["key"]] = row

@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gemkit.policy import Policy
+
+if TYPE_CHECKING:
+    from gemkit.records.episodes import EpisodeRecord
 
 
 @dataclass
@@ -93,10 +96,32 @@ class Episode:
 
         return [float(g) for g in discounted_returns([t.reward for t in self.turns], gamma)]
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict with the summary figures next to the turns."""
-        d = asdict(self)
-        d.update(
+    def to_record(self, *, key: str | None = None, index: int | None = None) -> EpisodeRecord:
+        """The episode as a typed record, with the summary figures next to the turns.
+
+        The record's turns hold the episode's own observation, action and info objects.
+        """
+        from gemkit.records.episodes import EpisodeRecord
+
+        return EpisodeRecord(
+            key=key,
+            index=index,
+            env_id=self.env_id,
+            seed=self.seed,
+            # the turns' values as they are (no deep copy): `to_json` writes fresh JSON anyway
+            turns=[
+                {
+                    "observation": t.observation,
+                    "action": t.action,
+                    "reward": t.reward,
+                    "terminated": t.terminated,
+                    "truncated": t.truncated,
+                    "info": t.info,
+                    "usage": t.usage,
+                }
+                for t in self.turns
+            ],
+            error=self.error,
             total_reward=self.total_reward,
             success=self.success,
             num_turns=self.num_turns,
@@ -104,16 +129,36 @@ class Episode:
             tokens=self.tokens,
             token_sources=self.token_sources,
         )
-        return d
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the episode's record (`EpisodeRecord`), as a JSONL line holds it."""
+        return self.to_record().to_json()
+
+    @classmethod
+    def from_record(cls, record: EpisodeRecord) -> Episode:
+        """The in-memory episode of a record."""
+        turns = [
+            Turn(
+                t.observation,
+                t.action,
+                t.reward,
+                t.terminated,
+                t.truncated,
+                t.info if t.info is not None else {},
+                t.usage.model_dump(exclude_none=True),
+            )
+            for t in record.turns
+        ]
+        return cls(env_id=record.env_id, seed=record.seed, turns=turns, error=record.error)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Episode:
         """Rebuild an episode from `to_dict` output (for example a JSONL line)."""
-        turns = [Turn(**{k: v for k, v in t.items() if k in _TURN_FIELDS}) for t in d["turns"]]
-        return cls(env_id=d["env_id"], seed=d.get("seed"), turns=turns, error=d.get("error"))
+        from gemkit.records.episodes import EpisodeRecord
+
+        return cls.from_record(EpisodeRecord.parse(d))
 
 
-_TURN_FIELDS = {"observation", "action", "reward", "terminated", "truncated", "info", "usage"}
 _TOKEN_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 
 
@@ -266,13 +311,24 @@ def save_jsonl(episodes: Iterable[Episode], path: str | Path) -> Path:
 
 
 def load_jsonl(path: str | Path) -> list[Episode]:
-    """Read episodes written by `save_jsonl` (a torn last line is skipped)."""
+    """Read episodes written by `save_jsonl` (a torn last line is skipped).
+
+    Every other line must be an episode record of this schema version (`RecordError`).
+    """
+    from gemkit.records.episodes import EpisodeRecord
+
     episodes = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            episodes.append(Episode.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, KeyError):
+    lines = Path(path).read_text().split("\n")
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
             continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines):  # no newline after it: an interrupted write
+                continue
+            raise
+        episodes.append(Episode.from_record(EpisodeRecord.parse(raw, f"{path}, line {n}")))
     return episodes
 
 
@@ -280,8 +336,10 @@ def to_dataset(episodes: Sequence[Episode], *, per: str = "turn", gamma: float =
     """A `datasets.Dataset` with one row per turn (default) or per episode.
 
     Turn rows hold `env_id, seed, episode, turn, observation, action, reward, return,
-    terminated, truncated, prompt_tokens, completion_tokens, info`; chat observations and
-    infos are JSON strings so every row has the same schema.
+    terminated, truncated, prompt_tokens, completion_tokens, info`, for trainers; chat
+    observations and infos are JSON strings so every row has the same schema. Episode rows
+    are `EpisodeRecord`s, the JSONL's schema (each turn's observation, action and info, the
+    env's and policy's own JSON, as JSON text).
     """
     import datasets
 
@@ -289,20 +347,11 @@ def to_dataset(episodes: Sequence[Episode], *, per: str = "turn", gamma: float =
         return x if isinstance(x, str) else json.dumps(x, default=str)
 
     if per == "episode":
-        rows = [
-            {
-                "env_id": e.env_id,
-                "seed": e.seed,
-                "success": e.success,
-                "total_reward": e.total_reward,
-                "num_turns": e.num_turns,
-                "tool_calls": e.tool_calls,
-                "turns": json.dumps([asdict(t) for t in e.turns], default=str),
-                "error": e.error or "",
-            }
-            for e in episodes
-        ]
-        return datasets.Dataset.from_list(rows)
+        from gemkit.records.episodes import EpisodeRecord
+        from gemkit.records.export import features, to_row
+
+        rows = [to_row(e.to_record()) for e in episodes]
+        return datasets.Dataset.from_list(rows, features=features(EpisodeRecord))
     if per != "turn":
         raise ValueError(f"per must be 'turn' or 'episode', got {per!r}")
     rows = []
