@@ -139,7 +139,14 @@ def _entry_points() -> list[Any]:
     if _entries is None:
         from importlib.metadata import entry_points
 
-        _entries = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+        found = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+        if not any(_own(ep) for ep in found):
+            # an editable install made before the families moved to entry points
+            raise RegistrationError(
+                "gemkit's env families are missing from its installed metadata (the install "
+                "is older than this checkout): run `pip install -e .` (or reinstall gemkit)"
+            )
+        _entries = found
     return _entries
 
 
