@@ -137,9 +137,15 @@ def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
 def _entry_points() -> list[Any]:
     global _entries
     if _entries is None:
-        from importlib.metadata import entry_points
+        from importlib.metadata import distributions
 
-        found = sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name)
+        # every copy of a distribution's metadata, not only the first on sys.path: a stale
+        # gemkit.egg-info in the working directory must not hide the installed entries
+        by_key: dict[tuple[str, str], Any] = {}
+        for dist in distributions():
+            for ep in dist.entry_points.select(group=ENTRY_POINT_GROUP):
+                by_key.setdefault((dist.metadata["Name"] or "", ep.name), ep)
+        found = sorted(by_key.values(), key=lambda ep: ep.name)
         if not any(_own(ep) for ep in found):
             # an editable install made before the families moved to entry points
             raise RegistrationError(

@@ -115,14 +115,26 @@ def test_the_checker_finds_a_planted_cycle_through_a_lazy_import(tmp_path):
 
 
 def test_the_registry_finds_every_family_through_entry_points():
-    from importlib.metadata import entry_points
+    from gemkit import registry
 
-    names = {ep.name for ep in entry_points(group="gemkit.envs") if ep.dist.name == "gemkit"}
+    names = {ep.name for ep in registry._entry_points() if registry._own(ep)}
     families = {s.family for s in gemkit.list_envs()}  # other tests may add a family of theirs
     own = {n.partition(".")[0] for n in names}
     assert {"game", "math", "code", "qa", "rg", "toolworld", "terminal", "multiagent", "toy"} == own
     assert own <= families
     assert "BUILTIN_FAMILIES" not in vars(gemkit.registry)
+
+
+def test_a_stale_egg_info_in_the_working_directory_does_not_hide_the_families(tmp_path):
+    # a checkout's old gemkit.egg-info comes first on sys.path when Python runs from the
+    # repository: the installed entries must still be found
+    stale = tmp_path / "gemkit.egg-info"
+    stale.mkdir()
+    (stale / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: gemkit\nVersion: 0.1.0\n")
+    (stale / "entry_points.txt").write_text("[console_scripts]\ngemkit = gemkit.cli:main\n")
+    code = "import gemkit; print(len(gemkit.list_envs('game')) > 0)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True)
+    assert out.stdout.strip() == "True", out.stderr
 
 
 def test_an_install_without_the_family_entry_points_says_to_reinstall(monkeypatch):
@@ -133,7 +145,7 @@ def test_an_install_without_the_family_entry_points_says_to_reinstall(monkeypatc
     from gemkit.errors import RegistrationError
 
     monkeypatch.setattr(registry, "_entries", None)
-    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group: [])
+    monkeypatch.setattr(importlib.metadata, "distributions", lambda: [])
     with pytest.raises(RegistrationError, match=r"run `pip install -e \.`"):
         registry.spec("nofamily:Nothing-v0")
 
