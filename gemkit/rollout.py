@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gemkit.core import areset_of, astep_of
 from gemkit.policy import Policy
 
 if TYPE_CHECKING:
@@ -35,12 +36,13 @@ class Turn:
 
 @dataclass
 class Episode:
-    """A whole episode of one env id and seed."""
+    """A whole episode of one env id and seed (`policy`: who played it, when known)."""
 
     env_id: str
     seed: int | None
     turns: list[Turn] = field(default_factory=list)
     error: str | None = None
+    policy: dict[str, Any] | None = None
 
     @property
     def total_reward(self) -> float:
@@ -108,6 +110,7 @@ class Episode:
             index=index,
             env_id=self.env_id,
             seed=self.seed,
+            policy=self.policy,
             # the turns' values as they are (no deep copy): `to_json` writes fresh JSON anyway
             turns=[
                 {
@@ -149,7 +152,8 @@ class Episode:
             )
             for t in record.turns
         ]
-        return cls(env_id=record.env_id, seed=record.seed, turns=turns, error=record.error)
+        policy = record.policy.model_dump() if record.policy is not None else None
+        return cls(record.env_id, record.seed, turns, record.error, policy)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Episode:
@@ -192,7 +196,7 @@ async def run_episode(
     episode = Episode(env_id=env_id, seed=seed)
     try:
         policy.reset()
-        obs, info = await env.areset(seed=seed)
+        obs, info = await areset_of(env, seed=seed)
         on_reset = getattr(policy, "on_reset", None)
         if on_reset is not None:  # e.g. an LLM policy offering the env's tools natively
             on_reset(info)
@@ -200,7 +204,7 @@ async def run_episode(
             action = await policy.act(obs)
             # read now: a summary by the same policy during the step replaces last_response
             usage = _usage_of(policy)
-            next_obs, reward, terminated, truncated, info = await env.astep(action)
+            next_obs, reward, terminated, truncated, info = await astep_of(env, action)
             turn = Turn(obs, action, float(reward), terminated, truncated, info, usage)
             episode.turns.append(turn)
             obs = next_obs

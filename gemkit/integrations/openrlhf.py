@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gemkit.core import areset_of, astep_of
 from gemkit.errors import GemkitError
 from gemkit.integrations.episode_tokens import observation_text as _text
 
@@ -73,7 +74,7 @@ class GemkitAgent:
             self.env.close()
         self.env = make(env_id, **self.make_kwargs)
         seed = label.get("seed")
-        obs, _ = await self.env.areset(seed=None if seed is None else int(seed))
+        obs, _ = await areset_of(self.env, seed=None if seed is None else int(seed))
         self.total = 0.0
         return {"observation": self.prompt_template.format(observation=_text(obs))}
 
@@ -83,7 +84,7 @@ class GemkitAgent:
 
         if self.env is None:
             raise GemkitError("step() before reset(): OpenRLHF resets each instance first")
-        obs, reward, terminated, truncated, info = await self.env.astep(states["action_text"])
+        obs, reward, terminated, truncated, info = await astep_of(self.env, states["action_text"])
         done = bool(terminated or truncated)
         self.total += float(reward)
         feedback = "" if done else self.feedback_template.format(observation=_text(obs))

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gemkit.core import areset_of, astep_of
 from gemkit.errors import GemkitError
 from gemkit.integrations.episode_tokens import observation_text as _text
 from gemkit.integrations.episode_tokens import prompt_ids, reply_ids
@@ -71,7 +72,7 @@ async def play_episode(
     """
     from gemkit.rl import discounted_returns
 
-    obs, _ = await env.areset(seed=seed)
+    obs, _ = await areset_of(env, seed=seed)
     episode = EpisodeTokens(prompt_ids=prompt_ids(tokenizer, obs))
     for _ in range(max_turns):
         room = response_length - len(episode.response_ids)
@@ -82,7 +83,7 @@ async def play_episode(
         episode.add(tokens, 1, None if logprobs is None else list(logprobs)[: len(tokens)])
         episode.num_turns += 1
         action = tokenizer.decode(tokens, skip_special_tokens=True)
-        obs, reward, terminated, truncated, info = await env.astep(action)
+        obs, reward, terminated, truncated, info = await astep_of(env, action)
         episode.rewards.append(float(reward))
         if terminated or truncated:
             episode.success = bool(info.get("success", False))

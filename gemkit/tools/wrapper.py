@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 import gymnasium
 
-from gemkit.core import ResetResult, StepResult, Wrapper
+from gemkit.core import ResetResult, StepResult, Wrapper, areset_of, astep_of, clone_of
 from gemkit.errors import GemkitError
 from gemkit.tools.base import Tool, ToolError, ToolResult
 from gemkit.tools.calls import (
@@ -254,7 +254,7 @@ class ToolEnvWrapper(Wrapper):
     ) -> ResetResult:
         """Reset the env and every tool; add the tool instructions to the first observation."""
         await self._load_toolsets()
-        obs, info = await self.env.areset(seed=seed, options=options)
+        obs, info = await areset_of(self.env, seed=seed, options=options)
         chosen = self.episode_tools(info)
         if chosen is not None and [id(t) for t in chosen] != [id(t) for t in self.tools]:
             self.tools, self._by_name = [], {}
@@ -290,10 +290,10 @@ class ToolEnvWrapper(Wrapper):
         env, which answers that the episode is over.
         """
         if self._over:
-            return self._counted(await self.env.astep(_text_of(action)))
+            return self._counted(await astep_of(self.env, _text_of(action)))
         parsed = parse_action(action, self._by_name, self.formats)
         if not parsed.has_calls:
-            result = await self.env.astep(parsed.answer or "")
+            result = await astep_of(self.env, parsed.answer or "")
             self._over = self.closed_after_end and bool(result[2] or result[3])
             return self._counted(result)
         return await self._run(parsed.items)
@@ -373,7 +373,7 @@ class ToolEnvWrapper(Wrapper):
         final = next((r for r in reversed(done) if r.final and not r.is_error), None)
         if final is not None:
             # a tool ended the episode: the inner env grades its answer, as a final answer
-            fobs, freward, fterm, ftrunc, finfo = await self.env.astep(final.answer)
+            fobs, freward, fterm, ftrunc, finfo = await astep_of(self.env, final.answer)
             self._over = self.closed_after_end and bool(fterm or ftrunc)
             return (
                 f"{obs}\n\n{fobs}",
@@ -559,7 +559,7 @@ class ToolEnvWrapper(Wrapper):
         wrappers above it do in their `clone`) calls this.
         """
         new = copy.copy(self)
-        new.env = self.env.clone()
+        new.env = clone_of(self.env)
         new.tools, new._by_name = [], {}
         new._add_tools(clone_tool(t) for t in self.tools)
         new.toolsets = list(self.toolsets)
