@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -27,9 +28,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# a name may hold colons and a level dashes, so that a wrapped family keeps another
+# project's ids whole: `gem:game:Game2048-v0-extreme-hard` is GEM's `game:Game2048-v0-...`
 ID_RE = re.compile(
-    r"^(?P<family>[a-z][a-z0-9_]*):(?P<name>[A-Za-z0-9_.]+?)"
-    r"(?:-v(?P<version>\d+))?(?:-(?P<level>[A-Za-z0-9_.]+))?$"
+    r"^(?P<family>[a-z][a-z0-9_]*):(?P<name>[A-Za-z0-9_.:]+?)"
+    r"(?:-v(?P<version>\d+))?(?:-(?P<level>[A-Za-z0-9_.][A-Za-z0-9_.-]*))?$"
 )
 
 ENTRY_POINT_GROUP = "gemkit.envs"
@@ -39,9 +42,13 @@ OWN_DISTRIBUTION = "gemkit"
 EntryPoint = str | Callable[..., "Env"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class EnvSpec:
-    """Everything needed to build one env id, plus what listings show about it."""
+    """Everything needed to build one env id, plus what listings show about it.
+
+    Not frozen, like gymnasium's: its wrappers copy the spec and add themselves to the copy
+    (`env.spec` of a wrapped env), which a frozen one refuses.
+    """
 
     id: str
     entry_point: EntryPoint
@@ -72,11 +79,17 @@ class EnvSpec:
             env.unwrapped.render_mode = render_mode
         return env
 
-    def make_expert(self) -> Any:
-        """Build this env's scripted expert policy, or raise if it has none."""
+    def make_expert(self, seed: int | None = None) -> Any:
+        """Build this env's scripted expert policy, or raise if it has none.
+
+        An expert that draws random choices (a toolworld baseline) is seeded with `seed`, so
+        the same seed plays the same episode; the others ignore it.
+        """
         if self.expert is None:
             raise UnknownEnvError(f"{self.id} has no expert policy; use --policy random or an LLM")
-        return _resolve(self.expert)(**self.kwargs)
+        factory = _resolve(self.expert)
+        seeded = _takes_seed(factory) and "seed" not in self.kwargs
+        return factory(**self.kwargs, **({"seed": seed} if seeded else {}))
 
 
 def parse_id(env_id: str) -> dict[str, Any]:
@@ -122,6 +135,13 @@ def register(
     )
     _REGISTRY[id] = spec
     return spec
+
+
+def _takes_seed(factory: Callable[..., Any]) -> bool:
+    try:
+        return "seed" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
 
 
 def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
@@ -299,7 +319,7 @@ def make_policy(name: str, env_id: str, *, seed: int | None = None, **kwargs: An
     all of them; other kwargs (`system_prompt`, `tools`, sampling) go to `LLMPolicy`.
     """
     if name == "expert":
-        return spec(env_id).make_expert()
+        return spec(env_id).make_expert(seed=seed)
     if name == "random":
         from gemkit.policy import RandomPolicy
 
