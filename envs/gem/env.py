@@ -1,0 +1,140 @@
+"""`GemEnv`: one GEM env (`gem.make(id)`) under gemkit's contract.
+
+GEM envs draw from the *global* `random` and `numpy.random` state (`reset(seed)` calls
+`random.seed(seed)`), so two GEM envs stepped in one vector draw from each other's stream,
+and a seeded episode is not reproduced once another env has drawn in between. `GemEnv` gives
+each env a private copy of that global state and swaps it in around every call into GEM (under
+one lock, so threads cannot interleave), which makes a GEM env as reproducible as a gemkit one:
+same seed, same episode, in any vector slot, thread or clone. The caller's own global random
+state is left as it was.
+
+Everything else is GEM's own code, unchanged: observation text, rules, rewards. On top of it:
+`info["success"]` on the last step (GEM's success reward, 1.0, was reached), and an action
+that makes GEM raise ends the episode with an error observation instead of an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from gemkit.core import Env, ResetResult, StepResult
+from gemkit.errors import GemkitError
+
+#: GEM's reward for a solved task (`gem.utils.constants.LanguageGameReward.success_reward`)
+SUCCESS_REWARD = 1.0
+
+# one lock for the process-wide state every GemEnv swaps in and out
+_GLOBAL_RNG_LOCK = threading.RLock()
+
+
+def import_gem() -> Any:
+    """Import GEM's registry; a missing GEM raises with the package to install.
+
+    `import gem` calls `logging.basicConfig(level=INFO)`, which would make every library's
+    INFO logs print: the root logger is put back as it was.
+    """
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        from gem.envs import registration
+    except ImportError as e:
+        raise GemkitError(
+            f"gem: envs need GEM (the gem-llm package): pip install 'gemkit[gem]' ({e})"
+        ) from e
+    finally:
+        root.handlers[:], root.level = handlers, level
+    return registration
+
+
+class PrivateGlobalRNG:
+    """A private copy of the global `random` and legacy `numpy.random` states."""
+
+    def __init__(self, seed: int | None = None):
+        self.py_state = random.Random(seed).getstate()
+        self.np_state = np.random.RandomState(seed).get_state()
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Make this copy the global state for the block; keep what the block drew."""
+        with _GLOBAL_RNG_LOCK:
+            saved_py, saved_np = random.getstate(), np.random.get_state()
+            random.setstate(self.py_state)
+            np.random.set_state(self.np_state)
+            try:
+                yield
+            finally:
+                self.py_state, self.np_state = random.getstate(), np.random.get_state()
+                random.setstate(saved_py)
+                np.random.set_state(saved_np)
+
+
+def _error_text(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}"
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
+class GemEnv(Env):
+    """A GEM env by its GEM id (`game:Sudoku-v0-easy`), with GEM's own rules and rewards.
+
+    `kwargs` go to GEM's constructor (they override GEM's registered ones). `gem_env` is the
+    GEM object itself, for anything GEM-specific (`gem_env.get_task_suffix()`).
+    """
+
+    def __init__(self, gem_id: str, **kwargs: Any):
+        registration = import_gem()
+        if gem_id not in registration.ENV_REGISTRY:
+            known = sorted(registration.ENV_REGISTRY)
+            import difflib
+
+            close = difflib.get_close_matches(gem_id, known, n=5, cutoff=0.5)
+            hint = f"; closest: {', '.join(close)}" if close else ""
+            raise GemkitError(f"GEM has no env {gem_id!r}{hint}")
+        self.gem_id = gem_id
+        self.rng = PrivateGlobalRNG()
+        with self.rng.active():  # GEM envs draw a first game in their constructor
+            self.gem_env = registration.make(gem_id, **kwargs)
+        self.done = False
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
+        """Start an episode with GEM's `reset(seed)` under this env's own random state."""
+        super().reset(seed=seed)
+        with self.rng.active():
+            obs, info = self.gem_env.reset(seed=seed)
+        self.done = False
+        return obs, dict(info or {})
+
+    def step(self, action: str) -> StepResult:
+        """GEM's `step`; an exception inside GEM ends the episode with its message."""
+        if self.done:
+            return "The episode is over; call reset() to start a new one.", 0.0, True, False, {}
+        try:
+            with self.rng.active():
+                obs, reward, terminated, truncated, info = self.gem_env.step(action)
+        except Exception as e:  # noqa: BLE001 - GEM raised on model input: end, never crash
+            self.done = True
+            error = _error_text(e)
+            obs = f"The env could not apply this action ({error}); the episode is over."
+            return obs, 0.0, False, True, {"error": error, "success": False}
+        info = dict(info or {})
+        if terminated or truncated:
+            self.done = True
+            info.setdefault("success", bool(float(reward) >= SUCCESS_REWARD))
+        return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def random_action(self, rng: np.random.Generator) -> str:
+        """GEM's `sample_random_action()`, drawn from `rng` (the random policy's generator)."""
+        private = PrivateGlobalRNG(int(rng.integers(2**31)))
+        with private.active():
+            return self.gem_env.sample_random_action()
+
+    def __repr__(self) -> str:
+        return f"<GemEnv {self.gem_id}>"
