@@ -1,12 +1,10 @@
 """`GemEnv`: one GEM env (`gem.make(id)`) under gemkit's contract.
 
 GEM envs draw from the *global* `random` and `numpy.random` state (`reset(seed)` calls
-`random.seed(seed)`), so two GEM envs stepped in one vector draw from each other's stream,
-and a seeded episode is not reproduced once another env has drawn in between. `GemEnv` gives
-each env a private copy of that global state and swaps it in around every call into GEM (under
-one lock, so threads cannot interleave), which makes a GEM env as reproducible as a gemkit one:
-same seed, same episode, in any vector slot, thread or clone. The caller's own global random
-state is left as it was.
+`random.seed(seed)`), so two GEM envs stepped in one vector would draw from each other's
+stream. `GemEnv` gives each env a private copy of that state (`gemkit.global_rng`) swapped in
+around every call into GEM: same seed, same episode, in any vector slot, thread or clone, and
+the caller's own global random state is left as it was.
 
 Everything else is GEM's own code, unchanged: observation text, rules, rewards. On top of it:
 `info["success"]` on the last step (GEM's success reward, 1.0, was reached), and an action
@@ -15,23 +13,18 @@ that makes GEM raise ends the episode with an error observation instead of an ex
 
 from __future__ import annotations
 
-import contextlib
+import difflib
 import logging
-import random
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.errors import GemkitError
+from gemkit.global_rng import PrivateGlobalRNG
 
 #: GEM's reward for a solved task (`gem.utils.constants.LanguageGameReward.success_reward`)
 SUCCESS_REWARD = 1.0
-
-# one lock for the process-wide state every GemEnv swaps in and out
-_GLOBAL_RNG_LOCK = threading.RLock()
 
 
 def import_gem() -> Any:
@@ -53,28 +46,6 @@ def import_gem() -> Any:
     return registration
 
 
-class PrivateGlobalRNG:
-    """A private copy of the global `random` and legacy `numpy.random` states."""
-
-    def __init__(self, seed: int | None = None):
-        self.py_state = random.Random(seed).getstate()
-        self.np_state = np.random.RandomState(seed).get_state()
-
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        """Make this copy the global state for the block; keep what the block drew."""
-        with _GLOBAL_RNG_LOCK:
-            saved_py, saved_np = random.getstate(), np.random.get_state()
-            random.setstate(self.py_state)
-            np.random.set_state(self.np_state)
-            try:
-                yield
-            finally:
-                self.py_state, self.np_state = random.getstate(), np.random.get_state()
-                random.setstate(saved_py)
-                np.random.set_state(saved_np)
-
-
 def _error_text(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}"
     return text if len(text) <= 300 else text[:300] + "..."
@@ -91,8 +62,6 @@ class GemEnv(Env):
         registration = import_gem()
         if gem_id not in registration.ENV_REGISTRY:
             known = sorted(registration.ENV_REGISTRY)
-            import difflib
-
             close = difflib.get_close_matches(gem_id, known, n=5, cutoff=0.5)
             hint = f"; closest: {', '.join(close)}" if close else ""
             raise GemkitError(f"GEM has no env {gem_id!r}{hint}")
