@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from gemkit.records.base import Json, Part, Record
 
@@ -104,19 +104,37 @@ class Uniqueness(Part):
     also_fit: list[str] | None = None
 
 
+class Shortcut(Part):
+    """Stage 4: no sub-question of fewer hops identifies the answer; a tool call per hop."""
+
+    passed: bool
+    reason: str = ""
+    hops: int | None = None
+    #: entities fitting the strongest sub-question of fewer hops (None: no fact store)
+    sub_question_candidates: int | None = None
+    #: entities fitting the top-level clauses alone (every nested hop dropped)
+    one_hop_candidates: int | None = None
+    min_tool_calls: int | None = None
+
+
 class Verification(Part):
-    """The three verification stages' verdicts and figures."""
+    """The verification stages' verdicts and figures (no `shortcut` in version-1 records)."""
 
     quality: Quality
     difficulty: Difficulty
     uniqueness: Uniqueness
+    shortcut: Shortcut | None = None
 
 
 class QARecord(Record):
     """A kept question with its answer, evidence, edit history and verification."""
 
     KIND = "QA"
-    VERSION = 1
+    #: 2 added the shortcut stage and the question's construction; version 1 still reads
+    VERSION = 2
+    READS: ClassVar[tuple[int, ...]] = (1, 2)
+
+    schema_version: int = 2
 
     id: str
     question: str
@@ -135,6 +153,18 @@ class QARecord(Record):
     rejected_edits: list[RejectedEdit] = []
     #: the work item the record came from (a run's item k is seeded by (seed, k))
     k: int
+    #: how the question is built ("which", "who", "lead_in", ...; "model" for a model's text)
+    construction: str | None = None
+
+    @classmethod
+    def parse(cls, data: Any, where: str = "") -> QARecord:
+        """Validate one raw record; a version-1 record (no shortcut stage) is read as it is."""
+        if isinstance(data, dict) and data.get("schema_version", 1) in cls.READS:
+            version = data.get("schema_version", 1)
+            record = super().parse({**data, "schema_version": cls.VERSION}, where)
+            record.schema_version = version
+            return record
+        return super().parse(data, where)
 
     def golds(self) -> list[str]:
         """The answer followed by its aliases."""

@@ -40,11 +40,12 @@ from gemkit.synth.qa.agent import (
 )
 from gemkit.synth.qa.logic import FactIndex
 from gemkit.synth.qa.solver import ClosedBook, ToolSolver
+from gemkit.synth.qa.verify import STAGES as VERIFY_STAGES
 from gemkit.synth.world import World, build_world
 
 logger = logging.getLogger(__name__)
 
-STAGES = ("seed", "edits", "quality", "difficulty", "uniqueness")
+STAGES = ("seed", "edits", *VERIFY_STAGES)
 
 
 @dataclass
@@ -215,7 +216,7 @@ class Synthesizer:
             return self._rejection(rid, k, state, "edits",
                                    f"only {state.n_inject} injections and {state.n_fuzz} fuzzes passed")
         verification = await self.verify(state, rng)
-        for stage in ("quality", "difficulty", "uniqueness"):
+        for stage in VERIFY_STAGES:
             if not verification[stage]["passed"]:
                 return self._rejection(rid, k, state, stage, verification[stage]["reason"], verification)
         return self.record(rid, k, state, verification)
@@ -233,7 +234,7 @@ class Synthesizer:
             return self._rejection(rid, k, state, "edits",
                                    f"only {state.n_inject} injections and {state.n_fuzz} fuzzes passed")
         verification = await self.agent.verify(state)
-        for stage in ("quality", "difficulty", "uniqueness"):
+        for stage in VERIFY_STAGES:
             if not verification[stage]["passed"]:
                 return self._rejection(rid, k, state, stage, verification[stage]["reason"], verification)
         return self.record(rid, k, state, verification)
@@ -281,6 +282,7 @@ class Synthesizer:
             answer_type=state.lf["type"] if state.lf else None,
             rejected_edits=state.rejected,
             k=k,
+            construction=getattr(state, "construction", "model"),  # outside: the model's text
         ).to_json()
 
     @staticmethod

@@ -129,4 +129,4 @@ def test_rejected_items_are_logged_with_their_stage(clean_run):
     out, stats = clean_run
     lines = [json.loads(x) for x in (out / "rejected.jsonl").read_text().splitlines()]
     assert len(lines) == stats.items - stats.kept
-    assert all(x["rejected_stage"] in ("seed", "edits", "quality", "difficulty", "uniqueness") for x in lines)
+    assert all(x["rejected_stage"] in ("seed", "edits", "quality", "difficulty", "uniqueness", "shortcut") for x in lines)
