@@ -16,7 +16,7 @@ import json
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -225,6 +225,22 @@ def _no_db() -> Database:
 _TOOLS: dict[str, dict[str, FunctionTool]] = {}
 
 # -- answers --------------------------------------------------------------------------------
+
+
+def name_key(text: str) -> str:
+    """A name as the verifiers compare it: case and runs of whitespace do not count.
+
+    `"krakow"`, `" Krakow "` and `"KRAKOW"` name `Krakow`: a model that wrote a correct plan
+    in another case must not lose its reward. Every rule is then checked on the database's
+    own spelling, so two spellings of one name are one name (a city visited as "Krakow" and
+    again as "krakow" is visited twice).
+    """
+    return " ".join(text.split()).casefold()
+
+
+def spelling(names: Iterable[str]) -> dict[str, str]:
+    """`name_key(name) -> name` over the names of one table (the database's spelling)."""
+    return {name_key(n): n for n in names}
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 

@@ -14,7 +14,15 @@ from collections.abc import Callable
 from typing import Any
 
 from gemkit.envs.toolworld import meeting_rules as rules
-from gemkit.envs.toolworld.category import Category, Database, Task, Verdict, parse_json_answer
+from gemkit.envs.toolworld.category import (
+    Category,
+    Database,
+    Task,
+    Verdict,
+    name_key,
+    parse_json_answer,
+    spelling,
+)
 from gemkit.envs.toolworld.meeting_tools import DAYS, meeting_functions
 
 BASE_TOOLS = [
@@ -126,6 +134,7 @@ class MeetingScheduling(Category):
         facts = db.cached("facts", lambda: office_facts(db))
         spec = task.spec
         by_name = {m["name"]: m for m in spec["meetings"]}
+        meetings, rooms, days = spelling(by_name), spelling(facts["rooms"]), spelling(DAYS)
         out: list[str] = []
         placed: dict[str, dict[str, Any]] = {}
         for entry in data:
@@ -142,6 +151,13 @@ class MeetingScheduling(Category):
                     "format: each entry needs meeting (text), day (text), hour (integer), room"
                 )
                 continue
+            # names in the database's spelling: case and spacing are not the model's mistake
+            entry = {
+                **entry,
+                "meeting": meetings.get(name_key(entry["meeting"]), entry["meeting"]),
+                "room": rooms.get(name_key(entry["room"]), entry["room"]),
+                "day": days.get(name_key(entry["day"]), entry["day"]),
+            }
             if entry["meeting"] not in by_name:
                 out.append(f"unknown_item: no meeting named {entry['meeting']!r} in this task")
                 continue

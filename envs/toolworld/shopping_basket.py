@@ -20,7 +20,9 @@ from gemkit.envs.toolworld.category import (
     Database,
     Task,
     Verdict,
+    name_key,
     parse_json_answer,
+    spelling,
 )
 
 BASE_TOOLS = ["get_all_categories", "get_products_by_category", "get_product_info", "submit_result"]
@@ -111,9 +113,11 @@ class ShoppingBasket(Category):
                 [f"format: {error or 'the basket must be a JSON list of product names'}"], ids
             )
         products = db.cached("products", lambda: shop_products(db))
+        names = db.cached("spellings", lambda: spelling(products))
         out: list[str] = []
         items = []
-        for name in basket:
+        for written in basket:
+            name = names.get(name_key(written), written)
             if name not in products:
                 out.append(f"unknown_item: no product named {name!r}")
             else:

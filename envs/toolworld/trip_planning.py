@@ -24,7 +24,9 @@ from gemkit.envs.toolworld.category import (
     Database,
     Task,
     Verdict,
+    name_key,
     parse_json_answer,
+    spelling,
 )
 from gemkit.envs.toolworld.trip_tools import trip_functions
 
@@ -91,6 +93,30 @@ def snapshot(db: Database) -> dict[str, Any]:
         },
         "legs": legs,
     }
+
+
+#: the table each named field of a day is looked up in
+DAY_TABLES = {
+    "city": "cities",
+    "hotel": "hotels",
+    "afternoon_restaurant": "restaurants",
+    "evening_restaurant": "restaurants",
+    "afternoon_attraction": "attractions",
+}
+
+
+def spellings(snap: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """Per table, `name_key -> the database's spelling` (see `name_key`)."""
+    return {table: spelling(snap[table]) for table in set(DAY_TABLES.values())}
+
+
+def spelled(day: dict[str, Any], names: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """A day with each name in the database's spelling (an unknown name is left as written)."""
+    out = dict(day)
+    out["time"] = " ".join(day["time"].split())
+    for key, table in DAY_TABLES.items():
+        out[key] = names[table].get(name_key(day[key]), day[key])
+    return out
 
 
 def dates(start: str, n: int) -> list[str]:
@@ -262,6 +288,7 @@ class TripPlanning(Category):
                 [f"format: {error or 'the plan must be a JSON list'}"], ids
             )
         snap = db.cached("snapshot", lambda: snapshot(db))
+        names = db.cached("spellings", lambda: spellings(snap))
         spec = task.spec
         out: list[str] = []
         if len(plan) != spec["n_days"]:
@@ -279,6 +306,7 @@ class TripPlanning(Category):
             if missing:
                 out.append(f"format: day {n} lacks (or has non-text) {missing}")
                 continue
+            day = spelled(day, names)
             if day["time"] != spec["dates"][i]:
                 out.append(
                     f"n_days: day {n}'s time is {day['time']!r}, expected {spec['dates'][i]}"

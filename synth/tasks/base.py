@@ -160,8 +160,9 @@ def synthesize(
     A hardened candidate is kept only when the reference solution still finds an answer,
     the answer verifies, and the fraction of well-formed answers that are valid falls (with
     the answer space unchanged, that is the number of valid answers falling; a step that adds
-    a day grows the space, so its count may rise while the fraction falls). Returns None when
-    no level-1 task could be solved on this database.
+    a day grows the space, so its count may rise while the fraction falls). A level-1
+    proposal is kept only when some well-formed answer fails it. Returns None when no
+    level-1 task could be solved on this database.
     """
     if target_level < 1:
         raise TaskSynthesisError(f"level must be >= 1, got {target_level}")
@@ -173,10 +174,13 @@ def synthesize(
         for _ in range(proposals):
             candidate = category.propose(db, rng)
             got, verdict = check_task(category, db, candidate)
-            if verdict is not None and verdict.passed:
+            if verdict is None or not verdict.passed:
+                continue
+            n_valid = category.count_solutions(db, candidate)
+            n_space = category.count_space(db, candidate)
+            # a task every well-formed answer passes needs no tool to solve: it teaches nothing
+            if n_valid < n_space:
                 task, answer = candidate, got
-                n_valid = category.count_solutions(db, candidate)
-                n_space = category.count_space(db, candidate)
                 break
         if task is None:
             return None

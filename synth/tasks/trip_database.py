@@ -5,32 +5,33 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-CITY_NAMES = [
-    "Lisbon", "Porto", "Seville", "Valencia", "Lyon", "Marseille", "Geneva", "Turin",
-    "Bologna", "Florence", "Naples", "Ljubljana", "Zagreb", "Vienna", "Prague", "Krakow",
-    "Budapest", "Salzburg", "Munich", "Hamburg", "Antwerp", "Utrecht", "Bergen", "Gdansk",
-]  # fmt: skip
+from gemkit.synth.world.names import NameGenerator
+
 CUISINES = ["Italian", "Japanese", "Mexican", "Indian", "French", "Thai", "Lebanese", "Spanish"]
-HOTEL_WORDS = (
-    ["Grand", "Royal", "Harbour", "Garden", "Old Town", "Riverside", "Golden", "Silver", "Park",
-     "Central", "Imperial", "Linden", "Maple", "Opera", "Station", "Lantern"],
-    ["Hotel", "Inn", "Suites", "Lodge", "Residence", "Palace", "House"],
+#: name formats per table; `{w}` is a fresh made-up word and `{a}` a word from `ADJECTIVES`,
+#: so 1,000 databases (100,000 names) rarely share a name (the QA world's generator)
+ADJECTIVES = (
+    "Grand", "Royal", "Harbour", "Garden", "Old Town", "Riverside", "Golden", "Silver", "Park",
+    "Central", "Imperial", "Linden", "Maple", "Opera", "Station", "Lantern", "Blue", "Copper",
+    "Olive", "Saffron", "Juniper", "Cedar", "Amber", "Northern", "Painted", "Stone", "Glass",
 )  # fmt: skip
-RESTAURANT_WORDS = (
-    ["Blue", "Red", "Little", "Happy", "Wild", "Copper", "Olive", "Salt", "Saffron", "Fig",
-     "Juniper", "Ember", "Cedar", "Clover", "Pepper", "Amber", "Ivy", "Basil"],
-    ["Table", "Kitchen", "Bistro", "Spoon", "Oven", "Garden", "Corner", "Plate", "Pantry"],
+HOTEL_FORMATS = (
+    "{w} Hotel", "Hotel {w}", "{w} Inn", "The {w} Lodge", "{w} Suites", "{w} Palace",
+    "{w} House", "{a} {w} Hotel", "{w} Residence", "The {a} {w}",
 )  # fmt: skip
-ATTRACTION_WORDS = (
-    ["Old", "Royal", "National", "Hidden", "Upper", "Sunken", "Crystal", "Northern", "Painted",
-     "Ancient", "Floating", "Winter", "Stone", "Glass"],
-    [("Museum", "indoor"), ("Gallery", "indoor"), ("Cathedral", "indoor"), ("Aquarium", "indoor"),
-     ("Library", "indoor"), ("Garden", "outdoor"), ("Park", "outdoor"), ("Lighthouse", "outdoor"),
-     ("Harbour Walk", "outdoor"), ("Castle Ruins", "outdoor"), ("Botanical Garden", "outdoor")],
+RESTAURANT_FORMATS = (
+    "{w} Kitchen", "{w} Bistro", "Café {w}", "Chez {w}", "{w} Table", "{w} Corner",
+    "Trattoria {w}", "{w} Grill", "The {a} {w}", "{w} Pantry", "{a} {w} Diner",
+)  # fmt: skip
+ATTRACTION_FORMATS = (
+    ("{w} Museum", "indoor"), ("Museum of {w}", "indoor"), ("{w} Gallery", "indoor"),
+    ("{w} Cathedral", "indoor"), ("{w} Aquarium", "indoor"), ("{w} Library", "indoor"),
+    ("{w} Gardens", "outdoor"), ("{w} Park", "outdoor"), ("{w} Lighthouse", "outdoor"),
+    ("{w} Harbour Walk", "outdoor"), ("{w} Castle Ruins", "outdoor"),
+    ("{a} {w} Botanical Garden", "outdoor"),
 )  # fmt: skip
 WEATHER = ["sunny", "cloudy", "rainy"]
 MODES = ["train", "bus", "flight"]
@@ -54,11 +55,9 @@ CREATE TABLE weather (city TEXT, date TEXT, condition TEXT, temperature INTEGER)
 """
 
 
-def _unique_names(rng: np.random.Generator, words: tuple[list, list], n: int) -> list[Any]:
-    first, second = words
-    pairs = [(a, b) for a in first for b in second]
-    picks = rng.choice(len(pairs), size=n, replace=False)
-    return [pairs[int(i)] for i in picks]
+def _name(names: NameGenerator, formats: tuple[str, ...]) -> str:
+    fmt = formats[names.dice.below(len(formats))]
+    return names.pattern(fmt.replace("{a}", ADJECTIVES[names.dice.below(len(ADJECTIVES))]))
 
 
 def build_trip_database(path: Path, rng: np.random.Generator, n_cities: int = 7) -> None:
@@ -72,13 +71,12 @@ def build_trip_database(path: Path, rng: np.random.Generator, n_cities: int = 7)
         conn.execute("PRAGMA journal_mode=OFF")
         conn.execute("PRAGMA synchronous=OFF")
         conn.executescript(SCHEMA)
-        cities = [CITY_NAMES[int(i)] for i in rng.choice(len(CITY_NAMES), n_cities, replace=False)]
+        # names from their own stream: the rest of the database draws as it did
+        names = NameGenerator(np.random.default_rng(rng.integers(2**63)))
+        cities = [names.place() for _ in range(n_cities)]
         n_h = [int(rng.integers(3, 5)) for _ in cities]
         n_r = [int(rng.integers(4, 6)) for _ in cities]
         n_a = [int(rng.integers(3, 5)) for _ in cities]
-        hotel_names = iter(_unique_names(rng, HOTEL_WORDS, sum(n_h)))
-        rest_names = iter(_unique_names(rng, RESTAURANT_WORDS, sum(n_r)))
-        att_names = iter(_unique_names(rng, ATTRACTION_WORDS, sum(n_a)))
         start = dt.date(2025, 6, 1)
         for ci, city in enumerate(cities):
             conn.execute(
@@ -92,25 +90,24 @@ def build_trip_database(path: Path, rng: np.random.Generator, n_cities: int = 7)
                 ),
             )
             for _ in range(n_h[ci]):
-                a, b = next(hotel_names)
+                hotel = _name(names, HOTEL_FORMATS)
                 low, high = [(120, 200), (200, 500), (500, 800), (800, 1400)][int(rng.integers(4))]
                 conn.execute(
                     "INSERT INTO hotels VALUES (?,?,?,?,?,?)",
                     (
-                        f"{a} {b}",
+                        hotel,
                         city,
                         int(rng.integers(low // 10, high // 10)) * 10,
                         round(float(rng.uniform(2.8, 5.0)), 1),
                         int(rng.integers(2, 6)),
-                        f"{int(rng.integers(1, 200))} {a} Street",
+                        f"{int(rng.integers(1, 200))} {names.word(2, 2)} Street",
                     ),
                 )
             for _ in range(n_r[ci]):
-                a, b = next(rest_names)
                 conn.execute(
                     "INSERT INTO restaurants VALUES (?,?,?,?,?,?)",
                     (
-                        f"{a} {b}",
+                        _name(names, RESTAURANT_FORMATS),
                         city,
                         CUISINES[int(rng.integers(len(CUISINES)))],
                         int(rng.integers(8, 55)) * 5,
@@ -119,11 +116,11 @@ def build_trip_database(path: Path, rng: np.random.Generator, n_cities: int = 7)
                     ),
                 )
             for _ in range(n_a[ci]):
-                a, (b, kind) = next(att_names)
+                fmt, kind = ATTRACTION_FORMATS[names.dice.below(len(ATTRACTION_FORMATS))]
                 conn.execute(
                     "INSERT INTO attractions VALUES (?,?,?,?,?,?)",
                     (
-                        f"{a} {b}",
+                        _name(names, (fmt,)),
                         city,
                         kind,
                         int(rng.integers(0, 50)) * 5,

@@ -21,6 +21,31 @@ from gemkit.envs.toolworld.trip_planning import TripPlanning, rule_text, snapsho
 from gemkit.synth.tasks.base import TaskGenerator
 from gemkit.synth.tasks.trip_database import MAX_DAYS, build_trip_database
 
+#: the rules a level-1 trip may carry: each needs a fact that only a tool call returns
+FIRST_RULES = (
+    "weather", "min_rating", "max_ticket", "cuisine_variety", "daily_budget", "metro",
+    "tier_rules", "transport",
+)  # fmt: skip
+
+
+def new_rule(
+    kind: str, snap: dict[str, Any], rng: np.random.Generator, item: str = "restaurant"
+) -> dict[str, Any]:
+    """A rule of `kind` with its limits drawn for this database."""
+    if kind == "tier_rules":
+        return {"type": "tier_rules", "days": [2], "tiers": rules.DEFAULT_TIERS}
+    if kind == "transport":
+        prices = sorted(min(c["price"] for c in v) for v in snap["legs"].values())
+        cap = int(np.quantile(prices, float(rng.uniform(0.4, 0.8)))) if prices else 300
+        return {"type": "transport", "max_leg_price": cap}
+    if kind == "min_rating":
+        return {"type": "min_rating", "item": item, "value": round(float(rng.uniform(3.2, 3.8)), 1)}
+    if kind == "max_ticket":
+        return {"type": "max_ticket", "value": int(rng.integers(8, 25)) * 5}
+    if kind == "daily_budget":
+        return {"type": "daily_budget", "max": int(rng.integers(90, 160)) * 10}
+    return {"type": kind}
+
 
 class TripGenerator(TaskGenerator, TripPlanning):
     """Makes trip-planning tasks: database, proposal, hardening, exact counts."""
@@ -32,15 +57,24 @@ class TripGenerator(TaskGenerator, TripPlanning):
         build_trip_database(path, rng)
 
     def propose(self, db: Database, rng: np.random.Generator) -> Task:
-        """A 3-day trip from a random start city with only the structural rules."""
+        """A 3-day trip from a random start city, with one rule that only a tool answers.
+
+        Without it any well-formed in-city plan passes (a valid fraction of 1), and a level-1
+        task teaches nothing; `synthesize` refuses such a proposal and asks for another.
+        """
         cities = [r["name"] for r in db.query("SELECT name FROM cities ORDER BY name")]
+        snap = db.cached("snapshot", lambda: snapshot(db))
+        kind = FIRST_RULES[int(rng.integers(len(FIRST_RULES)))]
+        item = ("restaurant", "hotel", "attraction")[int(rng.integers(3))]
+        rule = new_rule(kind, snap, rng, item)
         spec = {
             "n_days": 3,
             "start_city": cities[int(rng.integers(len(cities)))],
             "start_date": "2025-06-01",
-            "rules": [],
+            "rules": [rule],
         }
-        return self.make_task(spec, 1, ["base: 3 days, start city, no repeats, items in city"])
+        base = "base: 3 days, start city, no repeats, items in city"
+        return self.make_task(spec, 1, [base, rule_text(rule, 3)])
 
     def _steps(self, db: Database, task: Task, rng: np.random.Generator) -> list[tuple[str, dict]]:
         spec = task.spec
@@ -49,29 +83,20 @@ class TripGenerator(TaskGenerator, TripPlanning):
         steps: list[tuple[str, dict]] = []
         if "tier_rules" not in kinds:
             # the published example comes first
-            return [
-                ("tier_rules", {"type": "tier_rules", "days": [2], "tiers": rules.DEFAULT_TIERS})
-            ]
-        if "weather" not in kinds:
-            steps.append(("weather", {"type": "weather"}))
-        if "transport" not in kinds:
-            prices = sorted(min(c["price"] for c in v) for v in snap["legs"].values())
-            cap = int(np.quantile(prices, float(rng.uniform(0.4, 0.8)))) if prices else 300
-            steps.append(("transport", {"type": "transport", "max_leg_price": cap}))
-        if "cuisine_variety" not in kinds:
-            steps.append(("cuisine_variety", {"type": "cuisine_variety"}))
-        if "metro" not in kinds:
-            steps.append(("metro", {"type": "metro"}))
+            return [("tier_rules", new_rule("tier_rules", snap, rng))]
+        for kind in ("weather", "transport", "cuisine_variety", "metro"):
+            if kind not in kinds:
+                steps.append((kind, new_rule(kind, snap, rng)))
         for item in ("restaurant", "hotel", "attraction"):
             if not any(r["type"] == "min_rating" and r["item"] == item for r in spec["rules"]):
-                value = round(float(rng.uniform(3.2, 3.8)), 1)
-                steps.append(("min_rating", {"type": "min_rating", "item": item, "value": value}))
+                steps.append(("min_rating", new_rule("min_rating", snap, rng, item)))
         if "max_ticket" not in kinds:
-            value = int(rng.integers(8, 25)) * 5
-            steps.append(("max_ticket", {"type": "max_ticket", "value": value}))
+            steps.append(("max_ticket", new_rule("max_ticket", snap, rng)))
         budget = next((r for r in spec["rules"] if r["type"] == "daily_budget"), None)
-        cap = int(rng.integers(90, 160)) * 10 if budget is None else int(budget["max"] * 0.85)
-        steps.append(("daily_budget", {"type": "daily_budget", "max": cap}))
+        rule = new_rule("daily_budget", snap, rng)
+        if budget is not None:
+            rule["max"] = int(budget["max"] * 0.85)
+        steps.append(("daily_budget", rule))
         tiers = next(r for r in spec["rules"] if r["type"] == "tier_rules")
         if len(tiers["days"]) < spec["n_days"]:
             steps.append(("tier_rules_all_days", {}))

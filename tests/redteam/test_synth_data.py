@@ -168,3 +168,98 @@ def test_kept_records_say_how_their_question_is_built(qa_run):
     shares = Counter(r["construction"] for r in records)
     assert set(shares) <= set(CONSTRUCTIONS)
     assert len(shares) >= 4
+
+
+# -- task tuples ----------------------------------------------------------------------------------
+
+
+def _synthesized(category: str, tmp: Path, level: int, seed: int):
+    from gemkit.envs.toolworld.category import Database
+    from gemkit.synth.tasks import get_category, synthesize
+
+    cat = get_category(category)
+    syn = synthesize(cat, tmp / f"{category}-{seed}.sqlite", np.random.default_rng([seed]), level)
+    assert syn is not None
+    return cat, syn, Database(tmp / f"{category}-{seed}.sqlite")
+
+
+def _respell(name: str, how: int) -> str:
+    return (name.lower(), name.upper(), f"  {name} ", name.replace(" ", "  "))[how % 4]
+
+
+@pytest.mark.parametrize("category", ["trip_planning", "meeting_scheduling", "shopping_basket"])
+def test_a_correct_answer_in_another_case_or_spacing_still_passes(category, tmp_path):
+    cat, syn, db = _synthesized(category, tmp_path, 3, 2)
+    answer = syn.reference_answer
+    assert cat.verify(db, syn.task, answer).passed
+    for how in range(4):
+        if category == "shopping_basket":
+            respelled = [_respell(name, how) for name in answer]
+        elif category == "meeting_scheduling":
+            respelled = [
+                {
+                    **e,
+                    "meeting": _respell(e["meeting"], how),
+                    "room": _respell(e["room"], how),
+                    "day": _respell(e["day"], how),
+                }
+                for e in answer
+            ]
+        else:
+            respelled = [
+                {k: v if k == "time" else _respell(v, how) for k, v in d.items()} for d in answer
+            ]
+        verdict = cat.verify(db, syn.task, respelled)
+        assert verdict.passed, (how, verdict.violations)
+
+
+def test_two_spellings_of_one_name_are_one_name_to_the_rules(tmp_path):
+    cat, syn, db = _synthesized("trip_planning", tmp_path, 2, 3)
+    plan = [dict(d) for d in syn.reference_answer]
+    # the same city, hotel and attraction on two days, once in the database's spelling
+    plan[1] = {
+        **plan[0],
+        "time": plan[1]["time"],
+        **{k: _respell(plan[0][k], 0) for k in ("city", "hotel", "afternoon_attraction")},
+    }
+    verdict = cat.verify(db, syn.task, plan)
+    assert not verdict.passed and "no_repeat" in verdict.failed
+    assert any("city" in v and "day 1 and day 2" in v for v in verdict.violations)
+    cat, syn, db = _synthesized("shopping_basket", tmp_path, 2, 3)
+    basket = [*syn.reference_answer, syn.reference_answer[0].upper()]
+    verdict = cat.verify(db, syn.task, basket)
+    assert not verdict.passed and "one_per_category" in verdict.failed
+
+
+def test_every_level_one_trip_needs_a_tool_answer(tmp_path):
+    fractions, rules = [], Counter()
+    for seed in range(30):
+        _, syn, _ = _synthesized("trip_planning", tmp_path, 1, 100 + seed)
+        (level_one,) = syn.history
+        fractions.append(level_one["valid_fraction"])
+        rules.update(r["type"] for r in level_one["spec"]["rules"])
+    # any well-formed in-city plan passing (a fraction of 1) would teach nothing
+    assert max(fractions) < 1 and min(fractions) > 0
+    assert len(rules) >= 5  # the first rule varies
+
+
+def test_a_thousand_trip_databases_rarely_repeat_a_name(tmp_path):
+    import sqlite3
+
+    from gemkit.synth.tasks.trip_database import build_trip_database
+
+    seen: Counter[str] = Counter()
+    for i in range(1000):
+        path = tmp_path / "db.sqlite"
+        build_trip_database(path, np.random.default_rng([0, i]))
+        with sqlite3.connect(path) as conn:
+            names = {
+                n
+                for t in ("cities", "hotels", "restaurants", "attractions")
+                for (n,) in conn.execute(f"SELECT name FROM {t}")
+            }
+        seen.update(names)
+    repeated = sum(n for n in seen.values() if n > 1)
+    assert sum(seen.values()) > 80_000
+    assert repeated / sum(seen.values()) < 0.02, seen.most_common(5)
+    assert seen.most_common(1)[0][1] <= 5
