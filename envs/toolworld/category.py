@@ -242,6 +242,7 @@ def spelling(names: Iterable[str]) -> dict[str, str]:
     """`name_key(name) -> name` over the names of one table (the database's spelling)."""
     return {name_key(n): n for n in names}
 
+
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)
 
 
