@@ -403,7 +403,11 @@ def _tag_items(
     tool = tools[name]
     field_name = tag_field(tool)
     if field_name is not None:
-        return [_check_call(tools, name, {field_name: _trim(content)}, raw=raw, fmt="tag")]
+        # the advertised JSON form too: `<git_status>{"repo_path": "."}</git_status>`
+        arguments = _json_arguments(tool, content)
+        if arguments is None:
+            arguments = {field_name: _trim(content)}
+        return [_check_call(tools, name, arguments, raw=raw, fmt="tag")]
     data, err = _load_json(content.strip(), f"<{name}>")
     if err is not None or not isinstance(data, dict):
         why = err or "its content must be a JSON object of arguments."
@@ -418,6 +422,24 @@ def _tag_items(
             )
         ]
     return [_check_call(tools, name, data, raw=raw, fmt="tag")]
+
+
+def _json_arguments(tool: Tool, content: str) -> dict[str, Any] | None:
+    """The arguments when a tag's content is a JSON object of this tool's arguments, else None.
+
+    Only an object whose keys are all argument names, the required ones included, counts: any
+    other text (code that happens to be JSON, a query in braces) fills the tag field as is.
+    """
+    text = content.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    data, err = _load_json(text, "the tag")
+    if err is not None or not isinstance(data, dict) or not data:
+        return None
+    fields = tool.Args.model_fields
+    names = {f.alias or n for n, f in fields.items()} | set(fields)
+    required = {f.alias or n for n, f in fields.items() if f.is_required()}
+    return data if set(data) <= names and required <= set(data) else None
 
 
 def _trim(content: str) -> str:

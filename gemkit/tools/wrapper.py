@@ -638,12 +638,8 @@ def wrap_with_tools(
         ]
     toolsets = []
     if mcp:
-        try:
-            from gemkit.tools.mcp import MCPToolset
-        except ImportError as e:
-            raise ToolError(
-                f"MCP tools need the `mcp` extra (pip install 'gemkit[mcp]'): {e}"
-            ) from e
+        from gemkit.tools.mcp import MCPToolset  # names the extra at once when mcp is missing
+
         specs = (
             mcp
             if isinstance(mcp, list) and mcp and not all(isinstance(x, str) for x in mcp)
