@@ -63,10 +63,26 @@ class TokenSources(Part):
     summary: TokenTotals = TokenTotals()
 
 
+class PolicyInfo(Part):
+    """Who played an episode: the policy, its model and sampling settings, and its seed.
+
+    `seed` is the seed the policy was made with (a built-in policy of episode k gets the
+    episode's seed; an LLM policy has none); `temperature` and `max_tokens` are those sent
+    with every request (None: not sent, the server's default applied).
+    """
+
+    name: str
+    model: str | None = None
+    temperature: float | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+
+
 class EpisodeRecord(Record):
     """An episode of one env id and seed, its turns and its summary figures.
 
-    `key` and `index` identify the episode within an eval run (`env_id#k`, k).
+    `key` and `index` identify the episode within an eval run (`env_id#k`, k); `policy` says
+    who played it (None where the writer did not say, as in `save_jsonl` of bare episodes).
     """
 
     KIND = "episode"
@@ -76,6 +92,7 @@ class EpisodeRecord(Record):
     index: int | None = None
     env_id: str
     seed: int | None = None
+    policy: PolicyInfo | None = None
     turns: list[TurnRecord] = []
     error: str | None = None
     total_reward: float = 0.0
