@@ -315,25 +315,18 @@ def save_jsonl(episodes: Iterable[Episode], path: str | Path) -> Path:
 
 
 def load_jsonl(path: str | Path) -> list[Episode]:
-    """Read episodes written by `save_jsonl` (a torn last line is skipped).
+    """Read episodes written by `save_jsonl` or `gemkit eval` (a torn last line is skipped).
 
-    Every other line must be an episode record of this schema version (`RecordError`).
+    Every other line must be an episode record of this schema version: a damaged line is a
+    `RunStoreError`, a line of another kind a `RecordError`, each naming the file and line.
     """
     from gemkit.records.episodes import EpisodeRecord
+    from gemkit.runstore import read_lines
 
-    episodes = []
-    lines = Path(path).read_text().split("\n")
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines):  # no newline after it: an interrupted write
-                continue
-            raise
-        episodes.append(Episode.from_record(EpisodeRecord.parse(raw, f"{path}, line {n}")))
-    return episodes
+    return [
+        Episode.from_record(EpisodeRecord.parse(raw, f"{path}, line {n}"))
+        for n, raw in read_lines(path)
+    ]
 
 
 def to_dataset(episodes: Sequence[Episode], *, per: str = "turn", gamma: float = 1.0) -> Any:
