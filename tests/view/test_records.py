@@ -59,7 +59,8 @@ def test_new_messages_are_those_after_the_last_assistant_message(tool_episodes):
 
 
 def test_a_text_episode_from_run_out_reads_with_its_figures(demo):
-    raw = lines(next(demo.glob("episodes-game_Sudoku*.jsonl")))[0]
+    # `gemkit run --out DIR` (the demo's games) writes every id's episodes to DIR/episodes.jsonl
+    raw = next(r for r in lines(demo / "episodes.jsonl") if r["env_id"] == "game:Sudoku-v0-easy")
     ep = read_episode(raw)
     assert ep["env_id"] == "game:Sudoku-v0-easy" and ep["success"] is True
     assert ep["num_turns"] == raw["num_turns"] and ep["total_reward"] == raw["total_reward"]
