@@ -7,8 +7,8 @@ around every call into GEM: same seed, same episode, in any vector slot, thread 
 the caller's own global random state is left as it was.
 
 Everything else is GEM's own code, unchanged: observation text, rules, rewards. On top of it:
-`info["success"]` on the last step (GEM's success reward, 1.0, was reached), and an action
-that makes GEM raise ends the episode with an error observation instead of an exception.
+`info["success"]` on the last step (`gem_success`), and an action that makes GEM raise ends
+the episode with an error observation instead of an exception.
 """
 
 from __future__ import annotations
@@ -44,6 +44,17 @@ def import_gem() -> Any:
     finally:
         root.handlers[:], root.level = handlers, level
     return registration
+
+
+def gem_success(gem_id: str, obs: Any, reward: float) -> bool:
+    """Whether a GEM episode that just ended was won; GEM itself does not say.
+
+    GEM's games end a won game with "Congratulations!" (a win may score less than 1: in
+    Mastermind the rewards of a game add up to 1); its single-turn tasks score 1 when right.
+    """
+    if gem_id.startswith("game:"):
+        return isinstance(obs, str) and obs.startswith("Congratulations!")
+    return reward >= SUCCESS_REWARD
 
 
 def _error_text(e: BaseException) -> str:
@@ -96,7 +107,7 @@ class GemEnv(Env):
         info = dict(info or {})
         if terminated or truncated:
             self.done = True
-            info.setdefault("success", bool(float(reward) >= SUCCESS_REWARD))
+            info.setdefault("success", gem_success(self.gem_id, obs, float(reward)))
         return obs, float(reward), bool(terminated), bool(truncated), info
 
     def random_action(self, rng: np.random.Generator) -> str:

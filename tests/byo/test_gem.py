@@ -118,6 +118,16 @@ def test_success_is_reported_when_gems_success_reward_is_reached():
     assert (reward, terminated, info["success"]) == (-0.1, True, False)
 
 
+def test_a_mastermind_win_is_a_success_though_its_last_reward_is_below_one():
+    env = gemkit.make("gem:game:Mastermind-v0-easy")
+    env.reset(seed=1)
+    code = env.gem_env.game_code
+    wrong = [d for d in range(1, 7) if d not in code]
+    env.step("\\boxed{" + f"{code[0]} {wrong[0]}" + "}")  # one black peg: reward 1/2
+    _, reward, terminated, _, info = env.step("\\boxed{" + " ".join(map(str, code)) + "}")
+    assert (reward, terminated, info["success"]) == (0.5, True, True)
+
+
 def test_random_policy_and_rollouts_work_on_gem_ids():
     policy = gemkit.make_policy("random", f"gem:{GUESS}", seed=0)
     episodes = run_episodes(f"gem:{GUESS}", lambda: policy, 4, seed=0)
