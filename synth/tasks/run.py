@@ -1,8 +1,9 @@
 """A task-synthesis run: records written as they are made, resumable, filtered by pass@k.
 
-Layout of an output folder:
+Layout of an output folder (a run-store folder, `gemkit.runstore`):
 
-    DIR/tasks.jsonl      one record per kept task (append + flush + fsync, in id order)
+    DIR/run.json         the settings; a resumed run with other ones is refused, naming them
+    DIR/tasks.jsonl      one record per kept task (append + fsync, in id order)
     DIR/rejected.jsonl   ids tried and not kept (no task, or 0 passes in k tries), with why
     DIR/progress.log     one line per event (each model reply in LLM mode, each task settled),
                          to follow a run without a terminal: `tail -f DIR/progress.log`
@@ -11,7 +12,8 @@ Layout of an output folder:
 
 Task `i` of a run has the id `<category>-s<seed>-<i:06d>` and its own generator seeded from
 `(seed, i)`, so a killed run started again skips what it wrote, drops a torn last line, and
-produces the same records it would have produced uninterrupted.
+produces the same records it would have produced uninterrupted. A run holds the folder's
+lock: a second run on the same folder is refused while the first one writes.
 """
 
 from __future__ import annotations
@@ -19,9 +21,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-import json
 import logging
-import os
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
@@ -35,6 +35,8 @@ from gemkit.envs.toolworld.env import TASKS_FILE
 from gemkit.errors import GemkitError
 from gemkit.records.base import RecordError
 from gemkit.records.tasks import Code, PassAtK, TaskRecord, TaskStats, TaskText, ToolSchema
+from gemkit.runstore import RecordFile, RunStore, RunStoreError, append_log, is_storage_error
+from gemkit.runstore import storage_error as _storage_error
 from gemkit.synth.tasks.base import Synthesized, TaskGenerator, TaskSynthesisError, synthesize
 from gemkit.synth.tasks.generators import get_category
 
@@ -53,6 +55,7 @@ T = TypeVar("T")
 
 REJECTED_FILE = "rejected.jsonl"
 PROGRESS_FILE = "progress.log"
+DB_DIR = "db"
 
 
 @dataclass
@@ -273,44 +276,44 @@ def _llm_policy_factory(config: RunConfig) -> Callable[[int], Any]:
 # -- the files ------------------------------------------------------------------------------
 
 
-def repair_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read a JSONL file, cutting off a torn last line (an interrupted write); return records."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    records: list[dict[str, Any]] = []
-    good = 0
-    pos = 0
-    while pos < len(data):
-        end = data.find(b"\n", pos)
-        if end < 0:
-            break  # no newline: the last write did not finish
-        try:
-            records.append(json.loads(data[pos:end]))
-        except json.JSONDecodeError:
-            break
-        pos = good = end + 1
-    if good < len(data):
-        log.warning("%s: dropping %d bytes of a torn last line", path, len(data) - good)
-        with path.open("r+b") as f:
-            f.truncate(good)
-    return records
+def _check_task(raw: dict[str, Any], where: str) -> None:
+    try:
+        TaskRecord.parse(raw, where)
+    except RecordError as e:
+        raise TaskSynthesisError(f"{e}; resume needs a folder this gemkit wrote") from None
+
+
+def _check_rejection(raw: dict[str, Any], where: str) -> None:
+    if not isinstance(raw.get("id"), str):
+        raise TaskSynthesisError(f"{where}: not a rejected task id (expected {{id, reason}})")
+
+
+TASKS = RecordFile(TASKS_FILE, key=lambda r: r["id"], check=_check_task)
+REJECTED = RecordFile(REJECTED_FILE, key=lambda r: r["id"], check=_check_rejection)
+
+
+def settings_of(config: RunConfig) -> dict[str, Any]:
+    """The settings that decide a run's records (its manifest; a resume must match them).
+
+    `n`, the attempts, the workers and the endpoint's address do not change what task `i`
+    is, so a resumed run may change them.
+    """
+    return {
+        "category": config.category,
+        "seed": config.seed,
+        "min_level": config.min_level,
+        "max_level": config.max_level,
+        "k": config.k,
+        "llm": bool(config.llm),
+        "model": config.model if config.llm else None,
+        "max_repairs": config.max_repairs if config.llm else None,
+    }
 
 
 def append_progress(out: Path, line: str) -> None:
     """Append a timestamped line to the run's progress log (one write: workers may share it)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    with (out / PROGRESS_FILE).open("a", encoding="utf-8") as f:
-        f.write(f"{stamp} {line}\n")
-
-
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as a line and make it durable before returning."""
-    line = json.dumps(record, ensure_ascii=False) + "\n"
-    with path.open("a", encoding="utf-8") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    append_log(out / PROGRESS_FILE, f"{stamp} {line}")
 
 
 # -- the run --------------------------------------------------------------------------------
@@ -355,13 +358,50 @@ def run_synthesis(
     """Synthesize until `config.n` tasks are kept (or attempts run out), resuming a folder.
 
     `progress(outcome, kept, n)` is called once at the start (outcome None) and after each
-    task id is settled.
+    task id is settled. A folder made with other settings, or in use by another run, is
+    refused before anything in it changes.
     """
     out = config.out
-    (out / "db").mkdir(parents=True, exist_ok=True)
-    tasks_file, rejected_file = out / TASKS_FILE, out / REJECTED_FILE
-    records = [_checked(r, tasks_file, n) for n, r in enumerate(repair_jsonl(tasks_file), 1)]
-    rejected = repair_jsonl(rejected_file)
+    store = RunStore(
+        out,
+        "synth tasks",
+        settings_of(config),
+        [TASKS, REJECTED],
+        info={
+            "n": config.n,
+            "max_attempts": config.max_attempts,
+            "workers": config.workers,
+            "executor": config.executor,
+            "llm_url": config.llm,
+        },
+    )
+    with store:
+        try:
+            return _run(config, store, progress)
+        except Exception as e:
+            if not (is_storage_error(e) or isinstance(e, RunStoreError)):
+                raise
+            try:  # the database of the task being made when the disk filled up
+                _drop_orphans(out, store.records(TASKS_FILE))
+            except OSError:
+                pass
+            if isinstance(e, RunStoreError):
+                raise
+            raise _storage_error(e, out) from None
+
+
+def _run(
+    config: RunConfig,
+    store: RunStore,
+    progress: Callable[[Outcome | None, int, int], None] | None,
+) -> RunSummary:
+    out = config.out
+    db = out / DB_DIR
+    if db.is_symlink() or (db.exists() and not db.is_dir()):
+        raise RunStoreError(f"{db} is not a folder (a link?); remove it or choose another --out")
+    db.mkdir(exist_ok=True)
+    records = store.records(TASKS_FILE)
+    rejected = store.records(REJECTED_FILE)
     done = {r["id"] for r in records} | {r["id"] for r in rejected}
     resumed = len(records)
     kept = len(records)
@@ -381,14 +421,12 @@ def run_synthesis(
     def settle(o: Outcome) -> None:
         nonlocal kept, new, n_rejected
         if o.record is not None:
-            row = o.record.to_json()
-            append_jsonl(tasks_file, row)
-            records.append(row)
+            store.append(TASKS_FILE, o.record.to_json())
             kept += 1
             new += 1
             append_progress(out, f"{o.id}: kept at level {o.record.level} ({kept}/{config.n})")
         else:
-            append_jsonl(rejected_file, {"id": o.id, "reason": o.reason})
+            store.append(REJECTED_FILE, {"id": o.id, "reason": o.reason})
             n_rejected += 1
             append_progress(out, f"{o.id}: rejected: {o.reason} ({kept}/{config.n} kept)")
         if progress:
@@ -404,7 +442,7 @@ def run_synthesis(
             _run_parallel(config, todo, settle, lambda: kept >= config.n)
     _drop_orphans(out, records)
     if config.export:
-        export_datasets(out, records)
+        export_datasets(out, records, store)
     return RunSummary(out, records, n_rejected, new, resumed)
 
 
@@ -430,11 +468,15 @@ def _run_parallel(
             settle(outcome)
 
 
-def export_datasets(out: Path, records: list[dict[str, Any]]) -> Path | None:
+def export_datasets(
+    out: Path, records: list[dict[str, Any]], store: RunStore | None = None
+) -> Path | None:
     """Save the records as a Hugging Face `datasets` folder at `out/datasets`.
 
     The columns are `TaskRecord`'s fields, nested as in `tasks.jsonl`; only its free-form
     JSON fields (tool parameter schemas, the spec, the reference answer) are JSON text.
+    Within a run (`store`), the folder is written aside and renamed over the old one, so a
+    failed export leaves the last one whole and no partial folder behind.
     """
     try:
         import datasets  # noqa: F401
@@ -444,15 +486,11 @@ def export_datasets(out: Path, records: list[dict[str, Any]]) -> Path | None:
     from gemkit.records.export import save_dataset
 
     typed = [TaskRecord.parse(r) for r in records]
-    return save_dataset(typed, TaskRecord, out / "datasets")
-
-
-def _checked(raw: dict[str, Any], path: Path, line: int) -> dict[str, Any]:
-    """A kept record read back on resume, checked against the schema (one-line error)."""
-    try:
-        return TaskRecord.parse(raw, f"{path}, line {line}").to_json()
-    except RecordError as e:
-        raise TaskSynthesisError(f"{e}; resume needs a folder this gemkit wrote") from None
+    if store is None:
+        return save_dataset(typed, TaskRecord, out / "datasets")
+    with store.replacing("datasets") as tmp:
+        save_dataset(typed, TaskRecord, tmp)
+    return out / "datasets"
 
 
 def config_dict(config: RunConfig) -> dict[str, Any]:
