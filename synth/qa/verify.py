@@ -19,6 +19,9 @@ from gemkit.synth.world.world import World
 
 #: a question longer than this many characters fails the quality stage
 MAX_CHARS = 600
+#: entities the strongest sub-question of fewer hops must leave: with two or three left, a
+#: policy that skips the last hop still scores a third to a half of the time by guessing
+MIN_SUB_CANDIDATES = 4
 #: the stages a record must pass, in the order they are reported
 STAGES = ("quality", "difficulty", "uniqueness", "shortcut")
 
@@ -161,19 +164,30 @@ def shortcut_candidates(lf: Node, index: FactIndex) -> tuple[int, int]:
     return hops, len(index.evaluate(truncate(lf, hops - 1)))
 
 
-def check_shortcut(lf: Node, index: FactIndex, tool_calls: int | None = None) -> dict[str, Any]:
+def check_shortcut(
+    lf: Node,
+    index: FactIndex,
+    tool_calls: int | None = None,
+    min_candidates: int = MIN_SUB_CANDIDATES,
+) -> dict[str, Any]:
     """Stage 4: no sub-question of fewer hops than the full chain identifies the answer, and
     the tool solver needed at least one call per hop.
 
     A question whose top-level clauses (or any shallower part of it) already leave one
     entity looks multi-hop but is answered by one search: a policy trained on it learns to
-    skip the chain. `tool_calls` is the solver's count (None: not solved here, not checked).
+    skip the chain. A shallower sub-question must leave at least `min_candidates` entities.
+    `tool_calls` is the solver's count (None: not solved here, not checked).
     """
     hops, fits = shortcut_candidates(lf, index)
     one_hop = len(index.evaluate(truncate(lf, 1))) if hops > 1 else fits
     reason = ""
     if hops > 1 and fits <= 1:
         reason = f"a sub-question of {_count(hops - 1, 'hop')} already identifies the answer"
+    elif hops > 1 and fits < min_candidates:
+        reason = (
+            f"a sub-question of {_count(hops - 1, 'hop')} leaves only {fits} candidates "
+            f"(at least {min_candidates} needed)"
+        )
     elif tool_calls is not None and tool_calls < hops:
         reason = f"the tool solver needed {_count(tool_calls, 'call')} for {_count(hops, 'hop')}"
     return {
