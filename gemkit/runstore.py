@@ -485,6 +485,12 @@ class RunStore:
         if manifest != new:
             self.write_json(MANIFEST, new)
         for name in self.files:
+            self._records[name] = scans[name].records if name in scans else []
+
+    def _appender(self, name: str) -> int:
+        # opened on the first record, so a run that has none to write creates no empty file
+        fd = self._fds.get(name)
+        if fd is None:
             path = self.folder / name
             try:
                 fd = _open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -492,7 +498,7 @@ class RunStore:
                 raise storage_error(e, path) from None
             self._fds[name] = fd
             self._ends[name] = os.fstat(fd).st_size
-            self._records[name] = scans[name].records if name in scans else []
+        return fd
 
     def _remove_stale_temporaries(self) -> None:
         try:
@@ -519,7 +525,7 @@ class RunStore:
 
     def append(self, name: str, record: Mapping[str, Any]) -> None:
         """Append one record as one line and fsync it: durable when this returns."""
-        fd = self._fds[name]
+        fd = self._appender(name)
         data = (dumps(record) + "\n").encode()
         try:
             _write_all(fd, data)
