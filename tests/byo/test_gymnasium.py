@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import sys
 import warnings
 
 import gymnasium
@@ -257,3 +258,33 @@ def test_asyncio_run_of_a_plain_env_under_tools_needs_no_loop_of_its_own():
 
     _, reward, terminated, _, _ = asyncio.run(main())
     assert reward == 1.0 and terminated
+
+
+async def test_eval_runs_a_registered_plain_gymnasium_env(tmp_path):
+    from gemkit.evaluate import evaluate
+
+    summary = await evaluate(["byo:SayNumber-v0"], lambda env_id, seed: Sayer(), 3, tmp_path)
+    assert summary["byo:SayNumber-v0"]["success_rate"] == 1.0
+    assert summary["byo:SayNumber-v0"]["errors"] == 0
+
+
+def test_a_ray_vector_steps_plain_gymnasium_envs(monkeypatch):
+    ray = pytest.importorskip("ray", reason="needs the `ray` extra")
+    from gemkit.vector.ray import RayVectorEnv
+
+    started = not ray.is_initialized()
+    if started:
+        monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    # the env lives in this test module, which Ray workers cannot import by name
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    vec = RayVectorEnv([SayNumber] * 2, num_workers=1, actor_options={"num_cpus": 0})
+    try:
+        obs, infos = vec.reset(seed=0)
+        assert all(o.startswith("Say ") for o in obs) and not any("error" in i for i in infos)
+        out = vec.step([_say(o) for o in obs])
+        assert out.rewards.tolist() == [1.0, 1.0] and not any("error" in i for i in out.infos)
+    finally:
+        vec.close()
+        if started:
+            ray.shutdown()
