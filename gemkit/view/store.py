@@ -761,8 +761,9 @@ class Catalog:
 
 #: kept records first, then the others, rejected ones and failed episodes last
 ROLE_ORDER = {"kept": 0, "": 1, "rejected": 2, "errors": 3}
-#: files shown beside the records of their folder
-SIDE_FILES = ("summary.json", "run.json", "progress.log")
+#: files shown beside the records of their folder: figures, the run's manifest, logs, and the
+#: work items a model server failed (`synth qa`'s failed.jsonl, run again on resume)
+SIDE_FILES = ("summary.json", "run.json", "progress.log", "failed.jsonl")
 
 
 def _first_keys(path: Path) -> list[str] | None:
