@@ -16,7 +16,7 @@ import json
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -241,6 +241,13 @@ def name_key(text: str) -> str:
 def spelling(names: Iterable[str]) -> dict[str, str]:
     """`name_key(name) -> name` over the names of one table (the database's spelling)."""
     return {name_key(n): n for n in names}
+
+
+def respell(written: str, names: Container[str], spellings: dict[str, str]) -> str:
+    """`written` in the database's spelling: itself when the table holds it exactly (two
+    names of a model-written table may differ only in case), else the name it normalises to
+    (else itself, which the verifier then reports as unknown)."""
+    return written if written in names else spellings.get(name_key(written), written)
 
 
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.S)

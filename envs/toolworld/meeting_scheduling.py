@@ -19,8 +19,8 @@ from gemkit.envs.toolworld.category import (
     Database,
     Task,
     Verdict,
-    name_key,
     parse_json_answer,
+    respell,
     spelling,
 )
 from gemkit.envs.toolworld.meeting_tools import DAYS, meeting_functions
@@ -154,9 +154,9 @@ class MeetingScheduling(Category):
             # names in the database's spelling: case and spacing are not the model's mistake
             entry = {
                 **entry,
-                "meeting": meetings.get(name_key(entry["meeting"]), entry["meeting"]),
-                "room": rooms.get(name_key(entry["room"]), entry["room"]),
-                "day": days.get(name_key(entry["day"]), entry["day"]),
+                "meeting": respell(entry["meeting"], by_name, meetings),
+                "room": respell(entry["room"], facts["rooms"], rooms),
+                "day": respell(entry["day"], DAYS, days),
             }
             if entry["meeting"] not in by_name:
                 out.append(f"unknown_item: no meeting named {entry['meeting']!r} in this task")

@@ -20,8 +20,8 @@ from gemkit.envs.toolworld.category import (
     Database,
     Task,
     Verdict,
-    name_key,
     parse_json_answer,
+    respell,
     spelling,
 )
 
@@ -117,7 +117,7 @@ class ShoppingBasket(Category):
         out: list[str] = []
         items = []
         for written in basket:
-            name = names.get(name_key(written), written)
+            name = respell(written, products, names)
             if name not in products:
                 out.append(f"unknown_item: no product named {name!r}")
             else:

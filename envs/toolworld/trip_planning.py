@@ -24,8 +24,8 @@ from gemkit.envs.toolworld.category import (
     Database,
     Task,
     Verdict,
-    name_key,
     parse_json_answer,
+    respell,
     spelling,
 )
 from gemkit.envs.toolworld.trip_tools import trip_functions
@@ -110,12 +110,14 @@ def spellings(snap: dict[str, Any]) -> dict[str, dict[str, str]]:
     return {table: spelling(snap[table]) for table in set(DAY_TABLES.values())}
 
 
-def spelled(day: dict[str, Any], names: dict[str, dict[str, str]]) -> dict[str, Any]:
+def spelled(
+    day: dict[str, Any], snap: dict[str, Any], names: dict[str, dict[str, str]]
+) -> dict[str, Any]:
     """A day with each name in the database's spelling (an unknown name is left as written)."""
     out = dict(day)
     out["time"] = " ".join(day["time"].split())
     for key, table in DAY_TABLES.items():
-        out[key] = names[table].get(name_key(day[key]), day[key])
+        out[key] = respell(day[key], snap[table], names[table])
     return out
 
 
@@ -306,7 +308,7 @@ class TripPlanning(Category):
             if missing:
                 out.append(f"format: day {n} lacks (or has non-text) {missing}")
                 continue
-            day = spelled(day, names)
+            day = spelled(day, snap, names)
             if day["time"] != spec["dates"][i]:
                 out.append(
                     f"n_days: day {n}'s time is {day['time']!r}, expected {spec['dates'][i]}"
