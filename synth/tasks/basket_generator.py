@@ -19,6 +19,7 @@ from gemkit.envs.toolworld import basket_rules as rules
 from gemkit.envs.toolworld.category import Database, Task
 from gemkit.envs.toolworld.shopping_basket import ShoppingBasket, rule_text, shop_products
 from gemkit.synth.tasks.base import TaskGenerator
+from gemkit.synth.world.names import NameGenerator
 
 CATEGORIES = {
     "fruit": ["Apples", "Bananas", "Pears", "Mango", "Grapes", "Berries", "Kiwi"],
@@ -29,8 +30,8 @@ CATEGORIES = {
     "snacks": ["Almonds", "Granola Bar", "Crisps", "Dark Chocolate", "Popcorn", "Peanuts"],
     "pantry": ["Pasta", "Rice", "Oats", "Quinoa", "Olive Oil", "Peanut Butter"],
 }
-BRANDS = ["Green Valley", "Daily", "Nordic", "Sunny", "Village", "Urban", "Harvest", "Prime"]
-STORES = ["FreshMart", "CornerShop", "BulkBarn", "OrganicOne"]
+#: store name formats (`{w}` a made-up word): brands and stores differ from shop to shop
+STORE_FORMATS = ("{w}Mart", "{w} Market", "{w} Grocers", "{w} Foods")
 MAX_CATEGORIES = 6
 
 SCHEMA = """
@@ -51,7 +52,10 @@ def build_shop_database(path: Path, rng: np.random.Generator) -> None:
         conn.execute("PRAGMA journal_mode=OFF")
         conn.execute("PRAGMA synchronous=OFF")
         conn.executescript(SCHEMA)
-        for s in STORES:
+        names = NameGenerator(np.random.default_rng(rng.integers(2**63)))
+        brands = [names.unique(lambda: names.word(2, 2)) for _ in range(8)]
+        stores = [names.pattern(STORE_FORMATS[i % len(STORE_FORMATS)]) for i in range(4)]
+        for s in stores:
             conn.execute(
                 "INSERT INTO stores VALUES (?,?,?)",
                 (
@@ -64,7 +68,7 @@ def build_shop_database(path: Path, rng: np.random.Generator) -> None:
             picks = rng.choice(len(kinds), size=int(rng.integers(4, len(kinds) + 1)), replace=False)
             for i in picks:
                 kind = kinds[int(i)]
-                brand = BRANDS[int(rng.integers(len(BRANDS)))]
+                brand = brands[int(rng.integers(len(brands)))]
                 animal = kind in ("Chicken", "Salmon", "Eggs", "Milk", "Yogurt", "Cheddar", "Feta")
                 nuts = kind in ("Almonds", "Peanuts", "Peanut Butter") or rng.random() < 0.12
                 gluten = kind in ("Sourdough", "Rye Bread", "Bagels", "Croissants", "Pasta")
@@ -74,7 +78,7 @@ def build_shop_database(path: Path, rng: np.random.Generator) -> None:
                         f"{brand} {kind}",
                         category,
                         round(float(rng.uniform(0.8, 9.5)), 2),
-                        STORES[int(rng.integers(len(STORES)))],
+                        stores[int(rng.integers(len(stores)))],
                         int(rng.integers(0, 30)) if rng.random() < 0.85 else 0,
                         int(rng.integers(40, 600)),
                         int(rng.integers(0, 30)),

@@ -19,13 +19,9 @@ from gemkit.envs.toolworld.category import Database, Task
 from gemkit.envs.toolworld.meeting_scheduling import MeetingScheduling, office_facts, rule_text
 from gemkit.envs.toolworld.meeting_tools import DAYS, HOURS
 from gemkit.synth.tasks.base import TaskGenerator
+from gemkit.synth.world.names import NameGenerator
 
-PEOPLE = [
-    "Ana", "Bruno", "Chen", "Dara", "Elif", "Femi", "Greta", "Hugo", "Iris", "Jonas", "Kofi",
-    "Lena", "Mateo", "Nora", "Omar", "Priya", "Quinn", "Rosa", "Sven", "Tara",
-]  # fmt: skip
 TEAMS = ["design", "platform", "sales", "research"]
-ROOMS = ["Aurora", "Birch", "Cobalt", "Delta", "Ember", "Fjord"]
 TOPICS = [
     "Design review", "Sprint planning", "Budget sync", "Hiring panel", "Customer call",
     "Roadmap", "Retro", "Security audit", "Launch prep", "Data review",
@@ -50,7 +46,9 @@ def build_meeting_database(path: Path, rng: np.random.Generator) -> None:
         conn.execute("PRAGMA journal_mode=OFF")
         conn.execute("PRAGMA synchronous=OFF")
         conn.executescript(SCHEMA)
-        people = [PEOPLE[int(i)] for i in rng.choice(len(PEOPLE), size=10, replace=False)]
+        # names from their own seeded stream, so offices rarely share a person or a room
+        names = NameGenerator(np.random.default_rng(rng.integers(2**63)))
+        people = [names.unique(lambda: names.word(2, 2)) for _ in range(10)]
         for p in people:
             start = int(rng.choice([8, 9, 10]))
             conn.execute(
@@ -62,7 +60,7 @@ def build_meeting_database(path: Path, rng: np.random.Generator) -> None:
                 "INSERT INTO busy VALUES (?,?,?)",
                 [(p, d, h) for d in DAYS for h in HOURS if rng.random() < density],
             )
-        for r in [ROOMS[int(i)] for i in rng.choice(len(ROOMS), size=4, replace=False)]:
+        for r in [names.unique(lambda: names.word(2, 2)) for _ in range(4)]:
             conn.execute(
                 "INSERT INTO rooms VALUES (?,?,?,?)",
                 (
