@@ -559,7 +559,7 @@ class RunStore:
         with self.replacing(name) as tmp:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
             try:
-                _write_all(fd, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+                _write_all(fd, (json.dumps(obj, indent=2) + "\n").encode())
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -469,6 +469,8 @@ def _run(store: RunStore, config: RunConfig, workers: int,
     start = time.perf_counter()
     world, corpus = _prepare(store, config)
     index_dir = store.folder / ".index"
+    if index_dir.is_symlink():  # the index is written there: never through a link
+        raise RunStoreError(f"{index_dir} is a link; remove it (it is a cache) and run again")
     stats = RunStats()
     done: set[int] = set()
     for rec in store.records(QA_FILE) + store.records(REJECTED_FILE):

@@ -193,12 +193,12 @@ def test_gemkit_run_on_an_empty_cache_plays_the_builtin_set(tmp_path):
     env = {"GEMKIT_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
         [sys.executable, "-m", "gemkit", "run", "toolworld:TripPlanning-v0", "-n", "2",
-         "--policy", "expert", "--out", str(tmp_path / "eps.jsonl")],
+         "--policy", "expert", "--out", str(tmp_path / "eps")],
         capture_output=True, text=True, env=env, timeout=600,
     )  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "RuntimeError" not in out.stdout + out.stderr
-    lines = (tmp_path / "eps.jsonl").read_text().splitlines()
+    lines = (tmp_path / "eps" / "episodes.jsonl").read_text().splitlines()  # a run folder
     assert [json.loads(x)["error"] for x in lines] == [None, None]
 
 

@@ -103,10 +103,14 @@ def test_a_run_of_another_gemkit_version_is_refused(tmp_path):
         store(tmp_path).open()
 
 
-def test_resume_false_refuses_a_folder_that_holds_a_run(tmp_path):
+def test_resume_false_refuses_a_folder_that_holds_a_run_and_leaves_its_torn_tail(tmp_path):
     started(tmp_path)
+    with (tmp_path / "results.jsonl").open("ab") as f:
+        f.write(b'{"k": 3, "v": "xx')
+    before = files(tmp_path)
     with pytest.raises(RunStoreError, match=r"already holds a `gemkit test` run \(3 records\)"):
         store(tmp_path, resume=False).open()
+    assert files(tmp_path) == before, "a refused run cuts nothing"
 
 
 def test_records_without_a_manifest_or_of_another_kind_are_refused(tmp_path):
