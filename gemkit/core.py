@@ -6,6 +6,7 @@ import asyncio
 import copy
 import functools
 import string
+from collections.abc import Awaitable
 from typing import Any, SupportsFloat
 
 import gymnasium
@@ -288,30 +289,35 @@ def inner_runs_sync(env: Any, method: str | None = None) -> bool:
         return bool(inner())
 
 
-async def areset_of(
+def areset_of(
     env: Any, *, seed: int | None = None, options: dict[str, Any] | None = None
-) -> ResetResult:
-    """`await env.areset(...)`, derived for an env that has only `reset` (any gymnasium env).
+) -> Awaitable[ResetResult]:
+    """`env.areset(...)` to await, derived for an env that has only `reset` (any gymnasium env).
 
     The derived twin calls `reset` at once when nothing below it awaits I/O, and otherwise in
     a worker thread (a gymnasium wrapper over a tool env), so the caller's loop never blocks.
+    A plain function, not a coroutine: awaiting it awaits the env's own twin directly, with no
+    extra frame on the hot path.
     """
     twin = getattr(env, "areset", None)
     if twin is not None:
-        return await twin(seed=seed, options=options)
-    if inner_runs_sync(env, "reset"):
-        return env.reset(seed=seed, options=options)
-    return await asyncio.to_thread(env.reset, seed=seed, options=options)
+        return twin(seed=seed, options=options)
+    return _derived(env, "reset", (), {"seed": seed, "options": options})
 
 
-async def astep_of(env: Any, action: Any) -> StepResult:
-    """`await env.astep(action)`, derived for an env that has only `step` (as `areset_of`)."""
+def astep_of(env: Any, action: Any) -> Awaitable[StepResult]:
+    """`env.astep(action)` to await, derived for an env that has only `step` (as `areset_of`)."""
     twin = getattr(env, "astep", None)
     if twin is not None:
-        return await twin(action)
-    if inner_runs_sync(env, "step"):
-        return env.step(action)
-    return await asyncio.to_thread(env.step, action)
+        return twin(action)
+    return _derived(env, "step", (action,), {})
+
+
+async def _derived(env: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    call = getattr(env, method)
+    if inner_runs_sync(env, method):
+        return call(*args, **kwargs)
+    return await asyncio.to_thread(call, *args, **kwargs)
 
 
 def clone_of(env: Any) -> Any:

@@ -97,7 +97,8 @@ class GemEnv(Env):
         if self.done:
             return "The episode is over; call reset() to start a new one.", 0.0, True, False, {}
         try:
-            with self.rng.active():
+            # GEM's moves draw from `random` only (numpy's global state is seeded at reset)
+            with self.rng.active(numpy=False):
                 obs, reward, terminated, truncated, info = self.gem_env.step(action)
         except Exception as e:  # noqa: BLE001 - GEM raised on model input: end, never crash
             self.done = True

@@ -82,8 +82,8 @@ class TextArenaEnv(Env):
         self.done = False
 
     @contextlib.contextmanager
-    def _calling(self) -> Iterator[None]:
-        with self.rng.active(), contextlib.redirect_stdout(io.StringIO()):
+    def _calling(self, *, numpy: bool = True) -> Iterator[None]:
+        with self.rng.active(numpy=numpy), contextlib.redirect_stdout(io.StringIO()):
             yield
 
     def _observation(self) -> str:
@@ -112,7 +112,8 @@ class TextArenaEnv(Env):
         if self.done:
             return "The game is over; call reset() to start a new one.", 0.0, True, False, {}
         try:
-            with self._calling():
+            # moves draw from `random` only (numpy's global state is seeded at reset)
+            with self._calling(numpy=False):
                 done, step_info = self.ta_env.step(action if isinstance(action, str) else "")
                 obs = self._observation()
                 if done:
