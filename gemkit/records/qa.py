@@ -115,6 +115,8 @@ class Shortcut(Part):
     #: entities fitting the top-level clauses alone (every nested hop dropped)
     one_hop_candidates: int | None = None
     min_tool_calls: int | None = None
+    #: whether one search for the question's text returned the answer's article first
+    one_search_hit: bool | None = None
 
 
 class Verification(Part):

@@ -459,5 +459,14 @@ async def verify_state(
     diff = await difficulty(state, world, closed_book, solver, rng)
     index = FactIndex.of_world(world)
     uniq = check_uniqueness(state.lf, state.answer_id, index)
-    short = check_shortcut(state.lf, index, diff["tool_calls"])
+    hit = await one_search_answers(solver.search, state.question, state.aliases)
+    short = check_shortcut(state.lf, index, diff["tool_calls"], one_search_hit=hit)
     return {"quality": quality, "difficulty": diff, "uniqueness": uniq, "shortcut": short}
+
+
+async def one_search_answers(search: SearchTool, question: str, aliases: list[str]) -> bool:
+    """Whether searching the question's own text returns the answer's article first: a
+    policy that searches once and answers with the top title would need no hop at all."""
+    result = await search.call(SearchArgs(query=question, topk=1))
+    docs = result.metadata.get("docs") or []
+    return bool(docs) and grade(str(docs[0].get("title") or ""), aliases)

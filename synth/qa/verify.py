@@ -169,6 +169,7 @@ def check_shortcut(
     index: FactIndex,
     tool_calls: int | None = None,
     min_candidates: int = MIN_SUB_CANDIDATES,
+    one_search_hit: bool | None = None,
 ) -> dict[str, Any]:
     """Stage 4: no sub-question of fewer hops than the full chain identifies the answer, and
     the tool solver needed at least one call per hop.
@@ -176,7 +177,9 @@ def check_shortcut(
     A question whose top-level clauses (or any shallower part of it) already leave one
     entity looks multi-hop but is answered by one search: a policy trained on it learns to
     skip the chain. A shallower sub-question must leave at least `min_candidates` entities.
-    `tool_calls` is the solver's count (None: not solved here, not checked).
+    `tool_calls` is the solver's count (None: not solved here, not checked);
+    `one_search_hit` says whether one search for the question's text returned the answer's
+    article first (a one-call solution, whatever the hops).
     """
     hops, fits = shortcut_candidates(lf, index)
     one_hop = len(index.evaluate(truncate(lf, 1))) if hops > 1 else fits
@@ -188,6 +191,8 @@ def check_shortcut(
             f"a sub-question of {_count(hops - 1, 'hop')} leaves only {fits} candidates "
             f"(at least {min_candidates} needed)"
         )
+    elif one_search_hit and hops > 1:
+        reason = "one search for the question's text returns the answer's article first"
     elif tool_calls is not None and tool_calls < hops:
         reason = f"the tool solver needed {_count(tool_calls, 'call')} for {_count(hops, 'hop')}"
     return {
@@ -195,7 +200,8 @@ def check_shortcut(
         "hops": hops,
         "sub_question_candidates": fits,
         "one_hop_candidates": one_hop,
-        "min_tool_calls": tool_calls,
+        "min_tool_calls": 1 if one_search_hit else tool_calls,
+        "one_search_hit": one_search_hit,
         "reason": reason,
     }
 

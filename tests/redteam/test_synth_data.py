@@ -168,6 +168,21 @@ def test_a_style_seed_gives_one_wording_and_other_seeds_give_others(grown_forms)
     assert len({realize(lf, refs, style)[0] for style in range(40)}) >= 10
 
 
+def test_no_kept_question_is_answered_by_searching_its_own_text(qa_run, tmp_path):
+    from gemkit.search.index import SearchIndex
+
+    out, records = qa_run
+    index = SearchIndex.open(out / "corpus.jsonl", cache_dir=tmp_path)
+    first = [index.search(r["question"], 1) for r in records]
+    hits = [
+        r["question"]
+        for r, docs in zip(records, first, strict=True)
+        if docs and docs[0]["title"].lower() == r["answer"].lower()
+    ]
+    assert hits == []
+    assert all(r["verification"]["shortcut"]["one_search_hit"] is False for r in records)
+
+
 def test_kept_records_say_how_their_question_is_built(qa_run):
     _, records = qa_run
     shares = Counter(r["construction"] for r in records)
