@@ -44,7 +44,9 @@ def _locked(folder: Path) -> Iterator[None]:
     except ImportError:  # not POSIX: no lock (the run itself still resumes safely alone)
         yield
         return
-    with (folder / ".lock").open("w") as f:
+    # not the run store's `.lock`: the run locks that itself, and a second flock on it from
+    # this process would find it taken
+    with (folder / ".default-set.lock").open("w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield

@@ -86,7 +86,8 @@ def test_an_outside_corpus_run_grows_and_verifies_a_seed_question(inputs, tmp_pa
     assert v["difficulty"]["closed_book_correct"] == 0 and v["difficulty"]["tool_solver_success"]
     assert v["difficulty"]["tool_calls"] == 2
     assert v["shortcut"] == {"passed": True, "hops": 2, "min_tool_calls": 2, "reason": "",
-                             "sub_question_candidates": None, "one_hop_candidates": None}
+                             "sub_question_candidates": None, "one_hop_candidates": None,
+                             "one_search_hit": None}
     assert v["uniqueness"] == {"passed": True, "candidates": 1, "checked": ["Unknown Corp"],
                                "also_fit": [], "reason": ""}
     assert (tmp_path / "out" / "corpus.jsonl").read_text() == corpus.read_text()

@@ -97,7 +97,7 @@ def test_a_qa_record_replays_each_edit_on_the_seed_question(demo):
     # the agent words the final question from its logical form: shown as a last step
     if question != raw["question"]:
         assert qa["final_wording"] == (question, raw["question"])
-    assert [s for s, _ in qa["verification"]] == ["quality", "difficulty", "uniqueness"]
+    assert [s for s, _ in qa["verification"]] == ["quality", "difficulty", "uniqueness", "shortcut"]
     assert qa["facts"] == raw["supporting_facts"] and qa["stage"] == "kept"
 
 
