@@ -13,11 +13,18 @@ from __future__ import annotations
 
 import sys
 
-from gemkit.envs.gem.names import GAME_IDS
+from gemkit.envs.gem.names import GAME_IDS, LEFT_OUT
 from gemkit.errors import RegistrationError
 from gemkit.registry import register
 
 _ENTRY = "gemkit.envs.gem.env:GemEnv"
+
+
+def _tag(gem_id: str) -> str:
+    """`offline` for the games checked to run offline, else why an id is not: `download` or `left-out`."""
+    if gem_id in GAME_IDS:
+        return "offline"
+    return "left-out" if gem_id in LEFT_OUT and "download" not in LEFT_OUT[gem_id] else "download"
 
 
 def _register(gem_id: str) -> bool:
@@ -28,7 +35,7 @@ def _register(gem_id: str) -> bool:
             _ENTRY,
             kwargs={"gem_id": gem_id},
             description=f"GEM's {gem_id}, run by GEM's own code (needs gemkit[gem]).",
-            tags=("gem", family, "offline" if family == "game" else "download"),
+            tags=("gem", family, _tag(gem_id)),
         )
     except RegistrationError:  # registered by an earlier call
         return False
