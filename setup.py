@@ -20,5 +20,6 @@ setup(
     packages=packages,
     package_dir=package_dir,
     include_package_data=True,
-    package_data={"": ["*.txt", "*.json", "*.jsonl", "*.sh", "*.yaml", "data/*"]},
+    # the `__init__.pyi` stubs are read at import time: they list the lazy exports
+    package_data={"": ["*.txt", "*.json", "*.jsonl", "*.sh", "*.yaml", "*.pyi", "data/*"]},
 )

@@ -18,7 +18,7 @@ import json
 import numpy as np
 
 from gemkit.core import Env
-from gemkit.llm.tokens import HeuristicTokenCounter
+from gemkit.llm.token_counters import HeuristicTokenCounter
 from gemkit.tools.function import tool
 from gemkit.tools.wrapper import ToolEnvWrapper
 from gemkit.wrappers import (

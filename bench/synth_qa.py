@@ -1,5 +1,6 @@
 """QA synthesis throughput and shape: verified records per minute, stage acceptance rates,
-and mean injections/fuzzes against the published 4.27/2.10.
+mean injections/fuzzes against the published 4.27/2.10, and the data figures (shortcut rate,
+question constructions, tool calls to solve, closed-book accuracy).
 
 Run: `python bench/synth_qa.py [-n 300] [--workers 2] [--world-size 10000] [--json out.json]`.
 Setup (world build, corpus, index) is timed apart from synthesis; the rate counts kept
@@ -18,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from gemkit.synth.qa.run import RunConfig, prepare, run
+from gemkit.synth.qa.report import data_report
+from gemkit.synth.qa.run import RunConfig, prepare, read_records, run
 
 PUBLISHED = {"mean_inject": 4.27, "mean_fuzz": 2.10}
 
@@ -47,7 +49,7 @@ def main() -> None:
                        min_inject=args.min_inject, min_fuzz=args.min_fuzz)
     try:
         t0 = time.perf_counter()
-        prepare(tmp, config)
+        world, _ = prepare(tmp, config)
         from gemkit.search.index import SearchIndex
 
         SearchIndex.open(tmp / "corpus.jsonl", cache_dir=tmp / ".index")
@@ -55,6 +57,9 @@ def main() -> None:
         t1, c1 = time.perf_counter(), cpu_seconds()
         stats = run(tmp, config, workers=args.workers, export=False)
         total_s, cpu_s = time.perf_counter() - t1, cpu_seconds() - c1
+        records = read_records(tmp)
+        outcomes = records + [json.loads(x) for x in (tmp / "rejected.jsonl").read_text().splitlines()]
+        data = data_report(records, outcomes, world)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     s = stats.summary()
@@ -63,6 +68,7 @@ def main() -> None:
     after_edits = reached["edits"] - s["rejected"].get("edits", 0)
     after_quality = after_edits - s["rejected"].get("quality", 0)
     after_difficulty = after_quality - s["rejected"].get("difficulty", 0)
+    after_uniqueness = after_difficulty - s["rejected"].get("uniqueness", 0)
     figures = {
         "world_size": args.world_size,
         "workers": args.workers,
@@ -80,7 +86,8 @@ def main() -> None:
             "edits reached minimums": round(after_edits / max(1, reached["edits"]), 3),
             "quality": round(after_quality / max(1, after_edits), 3),
             "difficulty": round(after_difficulty / max(1, after_quality), 3),
-            "uniqueness": round(s["kept"] / max(1, after_difficulty), 3),
+            "uniqueness": round(after_uniqueness / max(1, after_difficulty), 3),
+            "shortcut": round(s["kept"] / max(1, after_uniqueness), 3),
             "overall": round(s["kept"] / items, 3),
         },
         "edit_rejections": s["edit_rejections"],
@@ -90,6 +97,8 @@ def main() -> None:
         "mean_tool_calls": s["mean_tool_calls"],
         "closed_book_accuracy": s["closed_book_accuracy"],
         "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        # what a data scientist checks before training on it (`gemkit.synth.qa.report`)
+        "data": data,
     }
     width = max(len(k) for k in figures)
     for k, v in figures.items():

@@ -53,8 +53,8 @@ from gemkit.rollout import Episode, run_episode
 from gemkit.train.args import parse_args
 from gemkit.train.model_server import ForkedServer, ServerProcess, state_bytes, vocab_hash
 from gemkit.train.offpolicy import KEPT, STALE, Row, admit, corrected_loss, pack_rows
+from gemkit.train.sequences import token_logprobs
 from gemkit.train.tiny import load_policy, tiny_policy
-from gemkit.train.tokens import token_logprobs
 from gemkit.train.update import save
 from gemkit.trajectory import TrajectoryError, episode_sequence
 from gemkit.vector.aio import new_event_loop

@@ -31,8 +31,8 @@ import gemkit
 from gemkit.errors import GemkitError
 from gemkit.rl import batch_returns, grpo_advantages
 from gemkit.train.args import parse_args
+from gemkit.train.sequences import encode_prompts, sample
 from gemkit.train.tiny import load_policy, tiny_policy
-from gemkit.train.tokens import encode_prompts, sample
 from gemkit.train.update import save, update
 
 

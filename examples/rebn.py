@@ -30,8 +30,8 @@ import gemkit
 from gemkit.errors import GemkitError
 from gemkit.rl import rebn_advantages
 from gemkit.train.args import parse_args
+from gemkit.train.sequences import encode_prompts, sample
 from gemkit.train.tiny import load_policy, tiny_policy
-from gemkit.train.tokens import encode_prompts, sample
 from gemkit.train.update import save, update
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import string
+from collections.abc import Awaitable
 from typing import Any, SupportsFloat
 
 import gymnasium
@@ -55,7 +57,9 @@ class Env(gymnasium.Env[str, str]):
     observation_space = TextSpace(1_000_000)
     action_space = TextSpace(4_096)
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetResult:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
         """Start an episode; return the first observation (the task) and an info dict."""
         if seed is not None:
             if not isinstance(seed, int) or seed < 0:
@@ -166,13 +170,13 @@ class Wrapper(gymnasium.Wrapper[str, str, str, str]):
         """Async twin of `reset`: forwards to the wrapped env's `areset`."""
         if _sync_override(type(self), "reset"):
             return self.reset(seed=seed, options=options)
-        return await self.env.areset(seed=seed, options=options)
+        return await areset_of(self.env, seed=seed, options=options)
 
     async def astep(self, action: str) -> StepResult:
         """Async twin of `step`: forwards to the wrapped env's `astep`."""
         if _sync_override(type(self), "step"):
             return self.step(action)
-        return await self.env.astep(action)
+        return await astep_of(self.env, action)
 
     def clone(self) -> Wrapper:
         """Return an independent copy of the whole wrapper stack in the same state."""
@@ -194,7 +198,9 @@ class Wrapper(gymnasium.Wrapper[str, str, str, str]):
 class ObservationWrapper(Wrapper):
     """Changes each observation with `observation(obs) -> obs`."""
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ResetResult:
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> ResetResult:
         """Reset the wrapped env and transform its first observation."""
         obs, info = self.env.reset(seed=seed, options=options)
         return self.observation(obs), info
@@ -210,14 +216,14 @@ class ObservationWrapper(Wrapper):
         """Async twin of `reset`."""
         if _sync_override(type(self), "reset"):
             return self.reset(seed=seed, options=options)
-        obs, info = await self.env.areset(seed=seed, options=options)
+        obs, info = await areset_of(self.env, seed=seed, options=options)
         return self.observation(obs), info
 
     async def astep(self, action: str) -> StepResult:
         """Async twin of `step`."""
         if _sync_override(type(self), "step"):
             return self.step(action)
-        obs, reward, terminated, truncated, info = await self.env.astep(action)
+        obs, reward, terminated, truncated, info = await astep_of(self.env, action)
         return self.observation(obs), reward, terminated, truncated, info
 
     def observation(self, observation: str) -> Any:
@@ -236,7 +242,7 @@ class ActionWrapper(Wrapper):
         """Async twin of `step`."""
         if _sync_override(type(self), "step"):
             return self.step(action)
-        return await self.env.astep(self.action(action))
+        return await astep_of(self.env, self.action(action))
 
     def action(self, action: Any) -> str:
         """Return the transformed action."""
@@ -255,7 +261,7 @@ class RewardWrapper(Wrapper):
         """Async twin of `step`."""
         if _sync_override(type(self), "step"):
             return self.step(action)
-        obs, reward, terminated, truncated, info = await self.env.astep(action)
+        obs, reward, terminated, truncated, info = await astep_of(self.env, action)
         return obs, self.reward(reward), terminated, truncated, info
 
     def reward(self, reward: SupportsFloat) -> float:
@@ -267,19 +273,65 @@ def inner_runs_sync(env: Any, method: str | None = None) -> bool:
     """Whether `env` runs `method` (`"step"`, `"reset"`, or both for None) without awaiting I/O.
 
     An env from outside gemkit has no `runs_sync`: it counts as sync unless it has the async
-    twin asked about (`astep`/`areset`), which is then awaited.
+    twin asked about (`astep`/`areset`), which is then awaited, or it is a gymnasium wrapper
+    over an env that awaits I/O (its twin is then derived in a worker thread).
     """
     inner = getattr(env, "runs_sync", None)
     if not callable(inner):
         twins = {"step": ("astep",), "reset": ("areset",)}.get(method or "", ("astep", "areset"))
-        return not any(callable(getattr(env, name, None)) for name in twins)
+        if any(callable(getattr(env, name, None)) for name in twins):
+            return False
+        below = env.env if isinstance(env, gymnasium.Wrapper) else None
+        return below is None or inner_runs_sync(below, method)
     try:
         return bool(inner(method))
     except TypeError:  # a runs_sync that takes no argument answers for both methods
         return bool(inner())
 
 
-_WRAPPER_ASTEPS = {Wrapper.astep, ObservationWrapper.astep, ActionWrapper.astep, RewardWrapper.astep}
+def areset_of(
+    env: Any, *, seed: int | None = None, options: dict[str, Any] | None = None
+) -> Awaitable[ResetResult]:
+    """`env.areset(...)` to await, derived for an env that has only `reset` (any gymnasium env).
+
+    The derived twin calls `reset` at once when nothing below it awaits I/O, and otherwise in
+    a worker thread (a gymnasium wrapper over a tool env), so the caller's loop never blocks.
+    A plain function, not a coroutine: awaiting it awaits the env's own twin directly, with no
+    extra frame on the hot path.
+    """
+    twin = getattr(env, "areset", None)
+    if twin is not None:
+        return twin(seed=seed, options=options)
+    return _derived(env, "reset", (), {"seed": seed, "options": options})
+
+
+def astep_of(env: Any, action: Any) -> Awaitable[StepResult]:
+    """`env.astep(action)` to await, derived for an env that has only `step` (as `areset_of`)."""
+    twin = getattr(env, "astep", None)
+    if twin is not None:
+        return twin(action)
+    return _derived(env, "step", (action,), {})
+
+
+async def _derived(env: Any, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    call = getattr(env, method)
+    if inner_runs_sync(env, method):
+        return call(*args, **kwargs)
+    return await asyncio.to_thread(call, *args, **kwargs)
+
+
+def clone_of(env: Any) -> Any:
+    """`env.clone()`, or a deep copy for an env without one (a plain gymnasium env)."""
+    clone = getattr(env, "clone", None)
+    return clone() if callable(clone) else copy.deepcopy(env)
+
+
+_WRAPPER_ASTEPS = {
+    Wrapper.astep,
+    ObservationWrapper.astep,
+    ActionWrapper.astep,
+    RewardWrapper.astep,
+}
 _WRAPPER_ARESETS = {Wrapper.areset, ObservationWrapper.areset}
 
 

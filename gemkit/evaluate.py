@@ -1,20 +1,37 @@
-"""Evaluation runs: many episodes of many env ids, saved as they finish, resumable."""
+"""Evaluation runs: many episodes of many env ids, saved in order as they finish, resumable.
+
+A run is a run-store folder (`gemkit.runstore`):
+
+    DIR/run.json        the settings (env ids, policy, model, sampling, seed, ...)
+    DIR/episodes.jsonl  finished episodes, one `EpisodeRecord` per line, in (id, k) order
+    DIR/errors.jsonl    episodes that ended in an error (run again on resume)
+    DIR/summary.json    the per-id figures, written at the end
+
+Episode k of an id is played with seed `seed + k` by a policy made for that episode (a
+built-in policy seeded with the same seed; its stream shares no draws with the env's), so
+what an episode holds depends on (seed, k) only: not on the concurrency, the order episodes
+finish in, or where a run was interrupted. Episodes are committed in k order, so a killed
+run resumed writes the same bytes an uninterrupted run writes.
+"""
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gemkit.errors import GemkitError
 from gemkit.policy import Policy
-from gemkit.rollout import Episode, arun_episodes, summarize
+from gemkit.records.episodes import EpisodeRecord
+from gemkit.rollout import Episode, run_episode, summarize
+from gemkit.runstore import MAX_FAILURES, RecordFile, RunStore
 
 EPISODES_FILE = "episodes.jsonl"
 ERRORS_FILE = "errors.jsonl"
 SUMMARY_FILE = "summary.json"
+#: an episode starts only within this many concurrency slots of the oldest unsaved one, so
+#: a slow episode holds back at most this many finished ones (lost if the run is killed)
+WINDOW = 4
 
 
 def episode_key(env_id: str, k: int) -> str:
@@ -22,49 +39,94 @@ def episode_key(env_id: str, k: int) -> str:
     return f"{env_id}#{k}"
 
 
-def read_done(path: Path) -> dict[str, dict[str, Any]]:
-    """Finished episodes in a results file by key; a torn last line (a killed run) is dropped."""
-    done: dict[str, dict[str, Any]] = {}
-    if not path.exists():
-        return done
-    raw = path.read_bytes()
-    good_end = 0
-    for line in raw.splitlines(keepends=True):
-        if not line.endswith(b"\n"):
-            break
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            break
-        done[record["key"]] = record
-        good_end += len(line)
-    if good_end != len(raw):  # cut the torn tail so appends start on a clean line
-        with path.open("r+b") as f:
-            f.truncate(good_end)
-    return done
+def _check_episode(raw: dict[str, Any], where: str) -> None:
+    EpisodeRecord.parse(raw, where)
 
 
-class ResultsWriter:
-    """Appends one JSON line per finished episode, flushed and fsynced (a kill loses nothing)."""
+EPISODES = RecordFile(EPISODES_FILE, key=lambda r: r["key"], check=_check_episode)
+ERRORS = RecordFile(ERRORS_FILE, key=lambda r: r["key"], check=_check_episode, settles=False)
 
-    def __init__(self, path: Path):
-        self.path = path
-        self._f = path.open("a")
 
-    def write(self, record: dict[str, Any]) -> None:
-        """Append and sync one record."""
-        self._f.write(json.dumps(record, default=str) + "\n")
-        self._f.flush()
-        os.fsync(self._f.fileno())
+async def play(
+    env_id: str,
+    indices: Sequence[int],
+    new_policy: Callable[[int], Policy],
+    *,
+    seed: int = 0,
+    concurrency: int = 16,
+    make_kwargs: Mapping[str, Any] | None = None,
+    commit: Callable[[int, Episode], None],
+) -> None:
+    """Play episodes `indices` of `env_id` (episode k: seed `seed + k`, `new_policy(seed + k)`).
 
-    def close(self) -> None:
-        """Close the file."""
-        self._f.close()
+    Up to `concurrency` play at once on pooled envs; `commit(k, episode)` is called in the
+    order of `indices`, whatever order they finish in. If `commit` raises, the episodes in
+    flight are cancelled and the error propagates.
+    """
+    from gemkit.registry import make
+
+    order = list(indices)
+    window = WINDOW * concurrency
+    idle: list[Any] = []
+    made: list[Any] = []
+    finished: dict[int, Episode] = {}
+    running: set[asyncio.Task] = set()
+    started = committed = 0
+
+    async def one(k: int, env: Any) -> tuple[int, Any, Episode]:
+        policy = new_policy(seed + k)
+        return k, env, await run_episode(env, policy, env_id=env_id, seed=seed + k)
+
+    try:
+        while committed < len(order):
+            while (
+                len(running) < concurrency and started < len(order) and started < committed + window
+            ):
+                if not idle:
+                    made.append(make(env_id, **(make_kwargs or {})))
+                    idle.append(made[-1])
+                running.add(asyncio.create_task(one(order[started], idle.pop())))
+                started += 1
+            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                k, env, episode = task.result()
+                idle.append(env)
+                finished[k] = episode
+            while committed < len(order) and order[committed] in finished:
+                k = order[committed]
+                commit(k, finished.pop(k))
+                committed += 1
+    finally:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        for env in made:
+            closer = getattr(env, "aclose", None)
+            if closer is not None:
+                await closer()
+            else:
+                env.close()
+
+
+def run_summary(
+    env_ids: Sequence[str], n: int, done: Mapping[str, dict[str, Any]], failed: set[str]
+) -> dict[str, dict[str, float]]:
+    """Per id: the figures of its finished episodes, those missing, and those that failed."""
+    summary = {}
+    for env_id in env_ids:
+        keys = [episode_key(env_id, k) for k in range(n)]
+        rows = [done[key] for key in keys if key in done]
+        figures = summarize([Episode.from_dict(r) for r in rows])
+        figures["missing"] = n - len(rows)
+        # episodes whose last try failed (kept in errors.jsonl, run again on resume)
+        figures["errors"] = sum(key in failed and key not in done for key in keys)
+        summary[env_id] = figures
+    return summary
 
 
 async def evaluate(
     env_ids: Sequence[str],
-    policy_factory: Callable[[str], Policy],
+    policy_factory: Callable[[str, int], Policy],
     n: int,
     out_dir: str | Path,
     *,
@@ -73,53 +135,63 @@ async def evaluate(
     resume: bool = False,
     make_kwargs: Callable[[str], dict[str, Any]] | None = None,
     on_episode: Callable[[str, int, Episode], None] | None = None,
+    on_start: Callable[[Mapping[str, dict[str, Any]]], None] | None = None,
+    policy_info: Callable[[int], Mapping[str, Any]] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    info: Mapping[str, Any] | None = None,
+    kind: str = "eval",
+    max_failures: int = MAX_FAILURES,
 ) -> dict[str, dict[str, float]]:
-    """Run `n` episodes of each id (episode k with seed `seed + k`), saving each as it ends.
+    """Run `n` episodes of each id (episode k: seed `seed + k`, `policy_factory(id, seed + k)`).
 
-    With `resume=True`, episodes already in `out_dir/episodes.jsonl` are skipped, so a killed
-    run finishes where it stopped with no episode lost or repeated. Episodes that ended in an
-    error (for example the model server gave up) go to `errors.jsonl` and run again on resume.
+    Each finished episode is saved, in k order, to `out_dir/episodes.jsonl` with
+    `policy_info(seed + k)` (who played it) as its `policy`. `settings` (what changes the
+    results: the policy, model, sampling, ...) go into the run's manifest with the ids and the
+    seed; `resume=True` continues a run made with the same ones, skipping its finished
+    episodes, and refuses one made with others, naming them. Episodes that ended in an error
+    go to `errors.jsonl` and run again on resume; `max_failures` in a row stop the run
+    (`RunStopped`). `on_start(done)` is called with the finished episodes found on disk.
     Returns the per-id summary, also saved as `summary.json`.
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    results = out / EPISODES_FILE
-    done = read_done(results)
-    if done and not resume:
-        raise GemkitError(
-            f"{out} already holds {len(done)} finished episodes; pass --resume to continue "
-            "that run, or choose another --out"
-        )
-    writer, errors = ResultsWriter(results), ResultsWriter(out / ERRORS_FILE)
-    try:
+    store = RunStore(
+        out_dir,
+        kind,
+        {"env_ids": list(env_ids), "seed": seed, **(settings or {})},
+        [EPISODES, ERRORS],
+        resume=resume,
+        info={"episodes": n, "concurrency": concurrency, **(info or {})},
+        failures=ERRORS_FILE,
+        max_failures=max_failures,
+        resume_hint="run the same command with --resume",
+    )
+    with store:
+        done = {r["key"]: r for r in store.records(EPISODES_FILE)}
+        if on_start is not None:
+            on_start(done)
         for env_id in env_ids:
-            skip = [k for k in range(n) if episode_key(env_id, k) in done]
 
-            def record(k: int, ep: Episode, env_id: str = env_id) -> None:
-                row = {"key": episode_key(env_id, k), "index": k, **ep.to_dict()}
-                (errors if ep.error else writer).write(row)
-                if not ep.error:
+            def commit(k: int, ep: Episode, env_id: str = env_id) -> None:
+                if policy_info is not None:
+                    ep.policy = dict(policy_info(seed + k))
+                row = ep.to_record(key=episode_key(env_id, k), index=k).to_json()
+                if ep.error:
+                    store.fail(row, f"{env_id} episode {k}: {ep.error}")
+                else:
+                    store.append(EPISODES_FILE, row)
                     done[row["key"]] = row
                 if on_episode is not None:
                     on_episode(env_id, k, ep)
 
-            await arun_episodes(
+            await play(
                 env_id,
-                lambda env_id=env_id: policy_factory(env_id),
-                n,
+                [k for k in range(n) if episode_key(env_id, k) not in done],
+                lambda s, env_id=env_id: policy_factory(env_id, s),
                 seed=seed,
                 concurrency=concurrency,
                 make_kwargs=make_kwargs(env_id) if make_kwargs else None,
-                on_episode=record,
-                skip=skip,
+                commit=commit,
             )
-    finally:
-        writer.close()
-        errors.close()
-    summary = {}
-    for env_id in env_ids:
-        rows = [done[k] for k in (episode_key(env_id, i) for i in range(n)) if k in done]
-        summary[env_id] = summarize([Episode.from_dict(r) for r in rows])
-        summary[env_id]["missing"] = n - len(rows)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        failed = {r["key"] for r in store.records(ERRORS_FILE)}
+        summary = run_summary(env_ids, n, done, failed)
+        store.write_json(SUMMARY_FILE, summary)
     return summary

@@ -100,26 +100,3 @@ class RandomPolicy(SyncPolicy):
         if self.sampler is not None:
             return self.sampler(self.rng)
         return f"\\boxed{{{int(self.rng.integers(1, 101))}}}"
-
-
-def make_policy(name: str, env_id: str, *, seed: int | None = None, **kwargs: Any) -> Policy:
-    """Build a policy by name for an env id: `expert`, `random`, or `llm` (kwargs go to it).
-
-    For `llm`, pass one shared `client=` to every policy so its concurrency limit applies to
-    all of them; other kwargs (`system_prompt`, `tools`, sampling) go to `LLMPolicy`.
-    """
-    from gemkit.registry import make, spec
-
-    if name == "expert":
-        return spec(env_id).make_expert()
-    if name == "random":
-        env = make(env_id)
-        sampler = getattr(env.unwrapped, "random_action", None)
-        env.close()
-        return RandomPolicy(sampler, seed=seed)
-    if name == "llm":
-        from gemkit.llm import LLMClient, LLMPolicy
-
-        client = kwargs.pop("client", None) or LLMClient()
-        return LLMPolicy(client, **kwargs)
-    raise ValueError(f"unknown policy {name!r}; expected 'expert', 'random' or 'llm'")

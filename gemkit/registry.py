@@ -1,15 +1,18 @@
 """Env registry: `register`, `make`, `make_vec`, `spec`, `list_envs`.
 
 Ids follow `family:Name-vN[-level]` (version and level optional, e.g. `rg:leg_counting`).
-Built-in families live in `gemkit.envs.<family>` and are imported only when first needed;
-third-party packages add families through the `gemkit.envs` entry-point group, whose entries
-point at a module (imported) or a callable (called) that calls `register`.
+Every family, built-in or third-party, comes from the `gemkit.envs` entry-point group
+(gemkit's own are listed in its `pyproject.toml`): an entry points at a module (imported) or
+a callable (called) that calls `register`. An entry named `F` or `F.<part>` registers ids of
+family `F` and is loaded when an id of `F` is first needed; the others load when an id is
+not found, or for a full listing. The registry itself names no family.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -20,35 +23,32 @@ from gemkit.errors import InvalidEnvIdError, RegistrationError, UnknownEnvError
 
 if TYPE_CHECKING:
     from gemkit.core import Env
+    from gemkit.policy import Policy
     from gemkit.vector import VectorEnv
 
 log = logging.getLogger(__name__)
 
+# a name may hold colons and a level dashes, so that a wrapped family keeps another
+# project's ids whole: `gem:game:Game2048-v0-extreme-hard` is GEM's `game:Game2048-v0-...`
 ID_RE = re.compile(
-    r"^(?P<family>[a-z][a-z0-9_]*):(?P<name>[A-Za-z0-9_.]+?)"
-    r"(?:-v(?P<version>\d+))?(?:-(?P<level>[A-Za-z0-9_.]+))?$"
+    r"^(?P<family>[a-z][a-z0-9_]*):(?P<name>[A-Za-z0-9_.:]+?)"
+    r"(?:-v(?P<version>\d+))?(?:-(?P<level>[A-Za-z0-9_.][A-Za-z0-9_.-]*))?$"
 )
 
-#: family -> module that registers its ids on import
-BUILTIN_FAMILIES: dict[str, str] = {
-    "game": "gemkit.envs.games",
-    "math": "gemkit.envs.math",
-    "code": "gemkit.envs.code",
-    "qa": "gemkit.envs.qa",
-    "rg": "gemkit.envs.reasoning_gym",
-    "toolworld": "gemkit.envs.toolworld",
-    "terminal": "gemkit.envs.terminal",
-    "multiagent": "gemkit.envs.multiagent",
-    "toy": "gemkit.envs.toy",
-}
 ENTRY_POINT_GROUP = "gemkit.envs"
+#: the distribution whose entries are gemkit's own (their errors are bugs, not plugin trouble)
+OWN_DISTRIBUTION = "gemkit"
 
 EntryPoint = str | Callable[..., "Env"]
 
 
-@dataclass(frozen=True)
+@dataclass
 class EnvSpec:
-    """Everything needed to build one env id, plus what listings show about it."""
+    """Everything needed to build one env id, plus what listings show about it.
+
+    Not frozen, like gymnasium's: its wrappers copy the spec and add themselves to the copy
+    (`env.spec` of a wrapped env), which a frozen one refuses.
+    """
 
     id: str
     entry_point: EntryPoint
@@ -79,11 +79,17 @@ class EnvSpec:
             env.unwrapped.render_mode = render_mode
         return env
 
-    def make_expert(self) -> Any:
-        """Build this env's scripted expert policy, or raise if it has none."""
+    def make_expert(self, seed: int | None = None) -> Any:
+        """Build this env's scripted expert policy, or raise if it has none.
+
+        An expert that draws random choices (a toolworld baseline) is seeded with `seed`, so
+        the same seed plays the same episode; the others ignore it.
+        """
         if self.expert is None:
             raise UnknownEnvError(f"{self.id} has no expert policy; use --policy random or an LLM")
-        return _resolve(self.expert)(**self.kwargs)
+        factory = _resolve(self.expert)
+        seeded = _takes_seed(factory) and "seed" not in self.kwargs
+        return factory(**self.kwargs, **({"seed": seed} if seeded else {}))
 
 
 def parse_id(env_id: str) -> dict[str, Any]:
@@ -100,8 +106,8 @@ def parse_id(env_id: str) -> dict[str, Any]:
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
-_loaded_families: set[str] = set()
-_entry_points_loaded = False
+_entries: list[Any] | None = None  # the group's entry points, read once per process
+_loaded: set[str] = set()  # "dist/name" of the entries already loaded
 
 
 def register(
@@ -131,6 +137,13 @@ def register(
     return spec
 
 
+def _takes_seed(factory: Callable[..., Any]) -> bool:
+    try:
+        return "seed" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # a builtin without a signature
+        return False
+
+
 def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
     if callable(target):
         return target
@@ -141,42 +154,67 @@ def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
     return obj
 
 
-def _load_family(family: str) -> None:
-    if family in _loaded_families:
-        return
-    _loaded_families.add(family)
-    module = BUILTIN_FAMILIES.get(family)
-    if module is None:
-        return
-    try:
-        importlib.import_module(module)
-    except ModuleNotFoundError as e:
-        if e.name and (e.name == module or module.startswith(e.name + ".")):
-            return  # family not built (yet) in this install
-        raise
+def _entry_points() -> list[Any]:
+    global _entries
+    if _entries is None:
+        from importlib.metadata import distributions
+
+        # every copy of a distribution's metadata, not only the first on sys.path: a stale
+        # gemkit.egg-info in the working directory must not hide the installed entries
+        by_key: dict[tuple[str, str], Any] = {}
+        for dist in distributions():
+            for ep in dist.entry_points.select(group=ENTRY_POINT_GROUP):
+                by_key.setdefault((dist.metadata["Name"] or "", ep.name), ep)
+        found = sorted(by_key.values(), key=lambda ep: ep.name)
+        if not any(_own(ep) for ep in found):
+            # an editable install made before the families moved to entry points
+            raise RegistrationError(
+                "gemkit's env families are missing from its installed metadata (the install "
+                "is older than this checkout): run `pip install -e .` (or reinstall gemkit)"
+            )
+        _entries = found
+    return _entries
 
 
-def _load_entry_points() -> None:
-    global _entry_points_loaded
-    if _entry_points_loaded:
-        return
-    _entry_points_loaded = True
-    from importlib.metadata import entry_points
+def _own(ep: Any) -> bool:
+    dist = getattr(ep, "dist", None)
+    return dist is not None and dist.name == OWN_DISTRIBUTION
 
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
+
+def _load(ep: Any) -> None:
+    key = f"{getattr(ep.dist, 'name', '?')}/{ep.name}"
+    if key in _loaded:
+        return
+    _loaded.add(key)
+    if _own(ep):
+        obj = ep.load()  # a failing built-in family is a bug to see, not to skip
+    else:
         try:
             obj = ep.load()
         except Exception as e:  # a broken plugin must not break gemkit
             log.warning("could not load env plugin %s (%s): %s", ep.name, ep.value, e)
-            continue
-        if callable(obj):
-            obj()
+            return
+    if callable(obj):
+        obj()
+
+
+def _load_family(family: str) -> None:
+    """Load the entries that register ids of `family` (named `family` or `family.<part>`)."""
+    for ep in _entry_points():
+        if ep.name == family or ep.name.startswith(family + "."):
+            _load(ep)
+
+
+def _load_plugins() -> None:
+    """Load every third-party entry (they may register ids of any family)."""
+    for ep in _entry_points():
+        if not _own(ep):
+            _load(ep)
 
 
 def _load_all() -> None:
-    for family in BUILTIN_FAMILIES:
-        _load_family(family)
-    _load_entry_points()
+    for ep in _entry_points():
+        _load(ep)
 
 
 def spec(env_id: str) -> EnvSpec:
@@ -204,7 +242,7 @@ def list_envs(family: str | None = None, tag: str | None = None) -> list[EnvSpec
         _load_all()
     else:
         _load_family(family)
-        _load_entry_points()
+        _load_plugins()
     return sorted(
         (
             s
@@ -272,3 +310,26 @@ def make_vec(
 
         return RayVectorEnv([factory] * num_envs, autoreset_mode=autoreset_mode)
     raise ValueError(f"unknown vector mode {mode!r}; expected 'sync', 'async' or 'ray'")
+
+
+def make_policy(name: str, env_id: str, *, seed: int | None = None, **kwargs: Any) -> Policy:
+    """Build a policy by name for an env id: `expert`, `random`, or `llm` (kwargs go to it).
+
+    For `llm`, pass one shared `client=` to every policy so its concurrency limit applies to
+    all of them; other kwargs (`system_prompt`, `tools`, sampling) go to `LLMPolicy`.
+    """
+    if name == "expert":
+        return spec(env_id).make_expert(seed=seed)
+    if name == "random":
+        from gemkit.policy import RandomPolicy
+
+        env = make(env_id)
+        sampler = getattr(env.unwrapped, "random_action", None)
+        env.close()
+        return RandomPolicy(sampler, seed=seed)
+    if name == "llm":
+        from gemkit.llm import LLMClient, LLMPolicy
+
+        client = kwargs.pop("client", None) or LLMClient()
+        return LLMPolicy(client, **kwargs)
+    raise ValueError(f"unknown policy {name!r}; expected 'expert', 'random' or 'llm'")

@@ -7,10 +7,14 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from gemkit.core import areset_of, astep_of
 from gemkit.policy import Policy
 from gemkit.trajectory import TurnTokens
+
+if TYPE_CHECKING:
+    from gemkit.records.episodes import EpisodeRecord
 
 
 @dataclass
@@ -36,12 +40,13 @@ class Turn:
 
 @dataclass
 class Episode:
-    """A whole episode of one env id and seed."""
+    """A whole episode of one env id and seed (`policy`: who played it, when known)."""
 
     env_id: str
     seed: int | None
     turns: list[Turn] = field(default_factory=list)
     error: str | None = None
+    policy: dict[str, Any] | None = None
 
     @property
     def total_reward(self) -> float:
@@ -97,10 +102,34 @@ class Episode:
 
         return [float(g) for g in discounted_returns([t.reward for t in self.turns], gamma)]
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict with the summary figures next to the turns."""
-        d = asdict(self)
-        d.update(
+    def to_record(self, *, key: str | None = None, index: int | None = None) -> EpisodeRecord:
+        """The episode as a typed record, with the summary figures next to the turns.
+
+        The record's turns hold the episode's own observation, action and info objects.
+        """
+        from gemkit.records.episodes import EpisodeRecord
+
+        return EpisodeRecord(
+            key=key,
+            index=index,
+            env_id=self.env_id,
+            seed=self.seed,
+            policy=self.policy,
+            # the turns' values as they are (no deep copy): `to_json` writes fresh JSON anyway
+            turns=[
+                {
+                    "observation": t.observation,
+                    "action": t.action,
+                    "reward": t.reward,
+                    "terminated": t.terminated,
+                    "truncated": t.truncated,
+                    "info": t.info,
+                    "usage": t.usage,
+                    "tokens": asdict(t.tokens) if t.tokens is not None else None,
+                }
+                for t in self.turns
+            ],
+            error=self.error,
             total_reward=self.total_reward,
             success=self.success,
             num_turns=self.num_turns,
@@ -108,24 +137,36 @@ class Episode:
             tokens=self.tokens,
             token_sources=self.token_sources,
         )
-        return d
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of the episode's record (`EpisodeRecord`), as a JSONL line holds it."""
+        return self.to_record().to_json()
+
+    @classmethod
+    def from_record(cls, record: EpisodeRecord) -> Episode:
+        """The in-memory episode of a record."""
+        turns = [
+            Turn(
+                t.observation,
+                t.action,
+                t.reward,
+                t.terminated,
+                t.truncated,
+                t.info if t.info is not None else {},
+                t.usage.model_dump(exclude_none=True),
+                TurnTokens(**t.tokens.model_dump()) if t.tokens is not None else None,
+            )
+            for t in record.turns
+        ]
+        policy = record.policy.model_dump() if record.policy is not None else None
+        return cls(record.env_id, record.seed, turns, record.error, policy)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Episode:
         """Rebuild an episode from `to_dict` output (for example a JSONL line)."""
-        turns = [_turn_from_dict(t) for t in d["turns"]]
-        return cls(env_id=d["env_id"], seed=d.get("seed"), turns=turns, error=d.get("error"))
+        from gemkit.records.episodes import EpisodeRecord
 
-
-_TURN_FIELDS = {"observation", "action", "reward", "terminated", "truncated", "info", "usage"}
-
-
-def _turn_from_dict(t: dict[str, Any]) -> Turn:
-    tokens = t.get("tokens")
-    return Turn(
-        **{k: v for k, v in t.items() if k in _TURN_FIELDS},
-        tokens=TurnTokens.from_dict(tokens) if isinstance(tokens, dict) else None,
-    )
+        return cls.from_record(EpisodeRecord.parse(d))
 
 
 _TOKEN_KEYS = ("prompt_tokens", "completion_tokens", "cached_tokens")
@@ -161,7 +202,7 @@ async def run_episode(
     episode = Episode(env_id=env_id, seed=seed)
     try:
         policy.reset()
-        obs, info = await env.areset(seed=seed)
+        obs, info = await areset_of(env, seed=seed)
         on_reset = getattr(policy, "on_reset", None)
         if on_reset is not None:  # e.g. an LLM policy offering the env's tools natively
             on_reset(info)
@@ -170,7 +211,7 @@ async def run_episode(
             # read now: a summary by the same policy during the step replaces last_response
             usage = _usage_of(policy)
             tokens = getattr(policy, "last_tokens", None)
-            next_obs, reward, terminated, truncated, info = await env.astep(action)
+            next_obs, reward, terminated, truncated, info = await astep_of(env, action)
             turn = Turn(obs, action, float(reward), terminated, truncated, info, usage, tokens)
             episode.turns.append(turn)
             obs = next_obs
@@ -281,22 +322,28 @@ def save_jsonl(episodes: Iterable[Episode], path: str | Path) -> Path:
 
 
 def load_jsonl(path: str | Path) -> list[Episode]:
-    """Read episodes written by `save_jsonl` (a torn last line is skipped)."""
-    episodes = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            episodes.append(Episode.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, KeyError):
-            continue
-    return episodes
+    """Read episodes written by `save_jsonl` or `gemkit eval` (a torn last line is skipped).
+
+    Every other line must be an episode record of this schema version: a damaged line is a
+    `RunStoreError`, a line of another kind a `RecordError`, each naming the file and line.
+    """
+    from gemkit.records.episodes import EpisodeRecord
+    from gemkit.runstore import read_lines
+
+    return [
+        Episode.from_record(EpisodeRecord.parse(raw, f"{path}, line {n}"))
+        for n, raw in read_lines(path)
+    ]
 
 
 def to_dataset(episodes: Sequence[Episode], *, per: str = "turn", gamma: float = 1.0) -> Any:
     """A `datasets.Dataset` with one row per turn (default) or per episode.
 
     Turn rows hold `env_id, seed, episode, turn, observation, action, reward, return,
-    terminated, truncated, prompt_tokens, completion_tokens, info`; chat observations and
-    infos are JSON strings so every row has the same schema.
+    terminated, truncated, prompt_tokens, completion_tokens, info`, for trainers; chat
+    observations and infos are JSON strings so every row has the same schema. Episode rows
+    are `EpisodeRecord`s, the JSONL's schema (each turn's observation, action and info, the
+    env's and policy's own JSON, as JSON text).
     """
     import datasets
 
@@ -304,20 +351,11 @@ def to_dataset(episodes: Sequence[Episode], *, per: str = "turn", gamma: float =
         return x if isinstance(x, str) else json.dumps(x, default=str)
 
     if per == "episode":
-        rows = [
-            {
-                "env_id": e.env_id,
-                "seed": e.seed,
-                "success": e.success,
-                "total_reward": e.total_reward,
-                "num_turns": e.num_turns,
-                "tool_calls": e.tool_calls,
-                "turns": json.dumps([asdict(t) for t in e.turns], default=str),
-                "error": e.error or "",
-            }
-            for e in episodes
-        ]
-        return datasets.Dataset.from_list(rows)
+        from gemkit.records.episodes import EpisodeRecord
+        from gemkit.records.export import features, to_row
+
+        rows = [to_row(e.to_record()) for e in episodes]
+        return datasets.Dataset.from_list(rows, features=features(EpisodeRecord))
     if per != "turn":
         raise ValueError(f"per must be 'turn' or 'episode', got {per!r}")
     rows = []

@@ -16,13 +16,17 @@ NEEDS_ARGUMENTS = {
     "code:Jsonl-v0": "reads the user's own file (path=...)",
     "rg:composite": "mixes datasets the user names (datasets=[...])",
 }
+#: GEM ids registered once GEM is imported that are not checked to run offline: its datasets
+#: (from the Hugging Face hub), word games (NLTK's list) and the ones GEM 0.1.0 itself breaks
+#: (see gemkit.envs.gem.names); tests/byo covers the gem: family
+NOT_OFFLINE = {"download", "left-out"}
 MULTI_AGENT = "multi-agent envs have dict observations; tests/multiagent checks their contract"
 
 
 def single_agent_ids() -> list:
     out = []
     for s in gemkit.list_envs():
-        if s.id in NEEDS_ARGUMENTS:
+        if s.id in NEEDS_ARGUMENTS or NOT_OFFLINE & set(s.tags):
             continue
         env = s.make()
         multi = not isinstance(env, gemkit.Env) and not isinstance(env, gemkit.Wrapper)

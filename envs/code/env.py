@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gemkit.answers import extract_boxed
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.code import statements
 from gemkit.envs.code.probes import TestShapeError, task_builtins, validate_test
 from gemkit.envs.code.statements import Failure, Grading
 from gemkit.envs.math.records import seeded_index
 from gemkit.errors import GemkitError
-from gemkit.parsing import extract_boxed
 from gemkit.policy import SyncPolicy
 from gemkit.sandbox import ExecResult, Sandbox, shared_sandbox
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from gemkit.answers import extract_boxed
 from gemkit.core import Env, ResetResult, StepResult
-from gemkit.parsing import extract_boxed
 
 INVALID_PENALTY = -0.1
 

@@ -13,7 +13,7 @@ import unicodedata
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from gemkit.parsing import BOXED, extract_boxed
+from gemkit.answers import BOXED, extract_boxed
 
 #: a reply with more answers than this is a list of candidates, whatever they say
 MAX_ANSWERS = 8

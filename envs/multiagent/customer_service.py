@@ -20,7 +20,7 @@ from gemkit.envs.multiagent.shop import Session, Shop, shop_tools
 from gemkit.multiagent import MultiAgentEnv, MultiResetResult, MultiStepResult
 from gemkit.policy import SyncPolicy
 from gemkit.tools.base import ToolResult
-from gemkit.tools.parsing import ToolCall, parse_action, signature
+from gemkit.tools.calls import ToolCall, parse_action, signature
 
 STOP = "###STOP###"
 CALL_FORMATS = ("hermes", "openai")
@@ -355,7 +355,7 @@ def call(name: str, **arguments: Any) -> dict[str, Any]:
 
 def llm_user(client: Any, **sampling: Any) -> Any:
     """An `LLMPolicy` that plays the customer (its first observation is the goal prompt)."""
-    from gemkit.llm.policy import LLMPolicy
+    from gemkit.llm.chat_policy import LLMPolicy
 
     return LLMPolicy(
         client,

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from gemkit.answers import extract_boxed
 from gemkit.multiagent import MultiAgentEnv, MultiResetResult, MultiStepResult, staller
-from gemkit.parsing import extract_boxed
 from gemkit.policy import SyncPolicy
 
 CARDS = ("J", "Q", "K")

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from gemkit.answers import extract_boxed
 from gemkit.multiagent import MultiAgentEnv, MultiResetResult, MultiStepResult
-from gemkit.parsing import extract_boxed
 from gemkit.policy import SyncPolicy
 
 MOVES = ("rock", "paper", "scissors")

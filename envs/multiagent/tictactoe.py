@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from gemkit.answers import extract_boxed
 from gemkit.multiagent import MultiAgentEnv, MultiResetResult, MultiStepResult, staller
-from gemkit.parsing import extract_boxed
 from gemkit.policy import SyncPolicy
 
 LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))

@@ -2,11 +2,11 @@
 
 `qa:Builtin-v0` asks about a fictional world whose facts live only in its corpus
 (`env.corpus_path`), so a model has to search: `gemkit.make("qa:Builtin-v0", tools=["search"])`.
+`qa:Synth-v0` plays a synthesized set; `gemkit.synth.qa.builtin_set` registers it.
 """
 
 from __future__ import annotations
 
-from gemkit.envs.qa.synth import register_synth
 from gemkit.registry import register
 
 _ENV = "gemkit.envs.qa.env"
@@ -23,4 +23,3 @@ register(
     description="Questions from your JSONL file or datasets folder (path=...), EM or F1 reward.",
     tags=("qa", "single-turn", "custom-data"),
 )
-register_synth()  # qa:Synth-v0, built on a synthesized set (see gemkit.synth.qa)

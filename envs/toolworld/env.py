@@ -1,163 +1,175 @@
 """`toolworld:` envs: synthesized <database, tools, task, verifier> tuples as tool-use episodes.
 
-Each episode is one task record. The tools (the category's, pointed at the task's database)
-are exposed through a `ToolEnvWrapper` with OpenAI schemas; the episode ends when the agent
-calls `submit_result(...)` or gives a final answer without a tool call. Reward is 1 when the
-verifier passes (or the fraction of constraints satisfied with `partial_credit=True`);
-`info["violations"]` lists what the answer broke, each naming its constraint.
+Each episode is one task record (`gemkit.records.tasks.TaskRecord`). The tools (the
+category's, pointed at the task's database) are exposed through a `ToolEnvWrapper` with
+OpenAI schemas; the episode ends when the agent calls `submit_result(...)` (a tool result
+that is the episode's final answer) or gives a final answer without a tool call. Reward is
+1 when the verifier passes (or the fraction of constraints satisfied with
+`partial_credit=True`); `info["violations"]` lists what the answer broke, each naming its
+constraint.
+
+This module plays records; it makes none. The built-in sets behind the registered ids are
+built by `gemkit.synth.tasks.builtin_sets`, which registers those ids.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
-import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.math.records import seeded_index
-from gemkit.errors import GemkitError
+from gemkit.envs.toolworld.categories import played_category
+from gemkit.envs.toolworld.category import Database, ToolWorldError, task_from_record
+from gemkit.records.base import RecordError, per_file
+from gemkit.records.tasks import TaskRecord
+from gemkit.tools.base import Tool
 from gemkit.tools.wrapper import ToolEnvWrapper
 
-#: tasks in a built-in set, and the levels they spread over
-BUILTIN_TASKS = 24
-BUILTIN_MAX_LEVEL = 4
-BUILTIN_VERSION = 1
-#: pass@k tries of the baseline agent when the set is made
-BUILTIN_K = 2
+TASKS_FILE = "tasks.jsonl"
+
+__all__ = [
+    "TASKS_FILE",
+    "ToolWorldEnv",
+    "ToolWorldError",
+    "ToolWorldWrapper",
+    "load_records",
+    "make_baseline",
+    "make_toolworld",
+]
 
 
-class ToolWorldError(GemkitError):
-    """A toolworld env pointed at a folder that holds no usable tasks."""
+def load_records(path: str | Path) -> list[TaskRecord]:
+    """The task records of a synthesized folder (or of one `tasks.jsonl` file).
 
-
-def cache_root() -> Path:
-    """Where built-in task sets are kept (`GEMKIT_CACHE_DIR`, else `~/.cache/gemkit`)."""
-    base = os.environ.get("GEMKIT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gemkit"
-    )
-    return Path(base) / "toolworld"
-
-
-def builtin_dir(category: str, *, n: int = BUILTIN_TASKS, seed: int = 0) -> Path:
-    """The folder of a category's built-in task set, generated (seeded) on first use."""
-    folder = cache_root() / f"{category}-v{BUILTIN_VERSION}-s{seed}-n{n}"
-    if (folder / "tasks.jsonl").exists():
-        return folder
-    from gemkit.synth.tasks.run import RunConfig, run_synthesis
-
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{category}-", dir=folder.parent))
-    try:
-        config = RunConfig(
-            category=category,
-            n=n,
-            out=tmp,
-            min_level=1,
-            max_level=BUILTIN_MAX_LEVEL,
-            k=BUILTIN_K,
-            seed=seed,
-            export=False,
-        )
-        run_synthesis(config)
-        try:
-            tmp.rename(folder)
-        except OSError:  # another process finished first: keep theirs
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return folder
-
-
-def load_records(path: str | Path) -> list[dict[str, Any]]:
-    """The task records of a synthesized folder (or of one `tasks.jsonl` file)."""
+    A torn last line (a run killed mid-write) is skipped; any other line that is not a task
+    record of this schema version is an error naming the file and line. Each version of the
+    file is read once per process; the records are shared, read-only.
+    """
     p = Path(path)
-    file = p if p.is_file() else p / "tasks.jsonl"
+    file = p if p.is_file() else p / TASKS_FILE
     if not file.exists():
         raise ToolWorldError(
-            f"{p} holds no tasks.jsonl; point path= at a folder written by `gemkit synth tasks`"
+            f"{p} holds no {TASKS_FILE}; point path= at a folder written by `gemkit synth tasks`"
         )
+    return list(per_file(file, _read_records))
+
+
+def _read_records(file: Path) -> list[TaskRecord]:
+    lines = file.read_text(encoding="utf-8").split("\n")
     records = []
-    for line in file.read_text(encoding="utf-8").splitlines():
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
         try:
-            records.append(json.loads(line))
+            raw = json.loads(line)
         except json.JSONDecodeError:
-            continue  # a torn last line of an interrupted run
+            if n == len(lines):  # the last line, with no newline: an interrupted write
+                continue
+            raise ToolWorldError(f"{file}, line {n}: not JSON; the file is damaged") from None
+        try:
+            records.append(TaskRecord.parse(raw, f"{file}, line {n}"))
+        except RecordError as e:
+            raise ToolWorldError(str(e)) from None
     if not records:
         raise ToolWorldError(f"{file} holds no complete task record")
     return records
 
 
+def as_records(records: Sequence[TaskRecord | dict[str, Any]]) -> list[TaskRecord]:
+    """Records given in memory, as models (dicts are checked against the schema)."""
+    out = []
+    for i, r in enumerate(records):
+        if isinstance(r, TaskRecord):
+            out.append(r)
+            continue
+        try:
+            out.append(TaskRecord.parse(r, f"records[{i}]"))
+        except RecordError as e:
+            raise ToolWorldError(str(e)) from None
+    return out
+
+
 class ToolWorldEnv(Env):
     """The inner env: one task record per episode, its answer checked by the verifier.
 
-    Build it with `category=` (a built-in set), `path=` (a synthesized folder) or `records=`
-    plus `root=` (records in memory). `level=` keeps only tasks of that level.
+    Build it with `path=` (a synthesized folder) or `records=` plus `root=` (records in
+    memory; their database paths are relative to `root`). `level=` keeps only tasks of
+    that level. The env owns the episode's tools (`episode_tools`): the category's, pointed
+    at the task's database, or a model-written program's.
     """
 
     def __init__(
         self,
-        category: str = "trip_planning",
+        category: str | None = None,
         *,
         path: str | Path | None = None,
-        records: list[dict[str, Any]] | None = None,
+        records: Sequence[TaskRecord | dict[str, Any]] | None = None,
         root: str | Path | None = None,
         level: int | None = None,
         partial_credit: bool = False,
-        builtin_seed: int = 0,
-        builtin_n: int = BUILTIN_TASKS,
     ):
-        from gemkit.synth.tasks import get_category
-
         if records is None:
-            folder = (
-                Path(path)
-                if path is not None
-                else builtin_dir(category, n=builtin_n, seed=builtin_seed)
-            )
-            records = load_records(folder)
+            if path is None:
+                raise ToolWorldError(
+                    "a toolworld env needs path= (a folder written by `gemkit synth tasks`) "
+                    "or records= and root=; the built-in sets come with the registered ids, "
+                    "e.g. gemkit.make('toolworld:TripPlanning-v0')"
+                )
+            folder = Path(path)
+            loaded = load_records(folder)
             root = folder if folder.is_dir() else folder.parent
+        else:
+            loaded = as_records(records)
         if root is None:
             raise ToolWorldError("records= needs root= (the folder their database paths are in)")
-        if not records:
+        if not loaded:
             raise ToolWorldError("records= is empty: pass at least one task record")
         if level is not None:
-            levels = sorted({r.get("level") for r in records})
-            records = [r for r in records if r.get("level") == level]
-            if not records:
+            levels = sorted({r.level for r in loaded})
+            loaded = [r for r in loaded if r.level == level]
+            if not loaded:
                 raise ToolWorldError(
                     f"no task of level {level} in this set; it has levels {levels}"
                 )
-        categories = {r["category"] for r in records}
+        categories = {r.category for r in loaded}
         if len(categories) > 1:
             raise ToolWorldError(f"one category per env, found {sorted(categories)}")
-        self.category = get_category(records[0]["category"])
-        self.records = records
+        if category is not None and categories != {category}:
+            raise ToolWorldError(
+                f"these are {sorted(categories)[0]} tasks, not {category} tasks; "
+                "pass the folder of that category, or leave category out"
+            )
+        self.category = played_category(loaded[0].category)
+        self.records = loaded
         self.root = Path(root)
         self.partial_credit = partial_credit
-        self.record: dict[str, Any] | None = None
+        self.record: TaskRecord | None = None
         self.task: Any = None
-        self.submitted: Any = None
-        self._db: Any = None
+        self._db: Database | None = None
         self.runtime: Any = None
         self.done = False
+        self._catalog = self.category.tools(self.db)
 
     # -- what the tools see -----------------------------------------------------------------
 
-    def db(self) -> Any:
+    def db(self) -> Database:
         """The current episode's database (the tools call this at each call)."""
         if self._db is None:
             raise ToolWorldError("no episode yet: call reset() before using the tools")
         return self._db
 
-    def submit(self, answer: Any) -> str:
-        """Store the answer given to `submit_result`; the wrapper ends the episode."""
-        self.submitted = answer
-        return "Plan received; it will be checked now."
+    def episode_tools(self) -> list[Tool]:
+        """The tools of the current task: those its record lists (a harder task lists more),
+        every tool of the category before the first reset, or a model-written program's."""
+        if self.runtime is not None:
+            return self.runtime.tools()
+        by_name = {t.name: t for t in self._catalog}
+        names = [t.name for t in self.record.tools] if self.record else []
+        return [by_name[n] for n in names if n in by_name] or list(self._catalog)
 
     # -- the episode ------------------------------------------------------------------------
 
@@ -165,9 +177,6 @@ class ToolWorldEnv(Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> ResetResult:
         """Pick a task (`options={"index": i}` or at random) and show its prompt."""
-        from gemkit.synth.tasks.base import Database
-        from gemkit.synth.tasks.run import task_from_record
-
         super().reset(seed=seed)
         options = options or {}
         index = options.get("index")
@@ -180,42 +189,35 @@ class ToolWorldEnv(Env):
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None
-        if self.record["verifier"]["kind"] == "code":
-            from gemkit.synth.tasks.llm import CodeRuntime, code_task
+        if self.record.verifier.kind == "code":
+            from gemkit.envs.toolworld.program import CodeRuntime, code_task
 
             # a model-written program: its tools and verifier run in the sandbox
-            self.runtime = CodeRuntime(
-                self.record, self.root / self.record["database"], self.submit
-            )
+            self.runtime = CodeRuntime(self.record, self.root / self.record.database)
             self.task = code_task(self.record)
         else:
             self.task = task_from_record(self.record)
         if self._db is not None:
             self._db.close()
-        self._db = Database(self.root / self.record["database"])
-        self.submitted = None
+        self._db = Database(self.root / self.record.database)
         self.done = False
         info = {
-            "task_id": self.record["id"],
-            "level": self.record["level"],
-            "constraints": list(self.record["constraints"]),
+            "task_id": self.record.id,
+            "level": self.record.level,
+            "constraints": list(self.record.constraints),
         }
         return self.task.prompt, info
 
     def step(self, action: Any) -> StepResult:
-        """Check a final answer; the episode ends whatever it holds."""
+        """Check a final answer (text, or the data `submit_result` was given); the episode ends."""
         if self.task is None:
             raise ToolWorldError("call reset() before step()")
         if self.done:
             return "The episode is over; call reset().", 0.0, True, False, {"success": False}
-        return self.finish(action)
-
-    def finish(self, answer: Any) -> StepResult:
-        """Verify `answer` and end the episode."""
         if self.runtime is not None:
-            verdict = self.runtime.verify(answer)
+            verdict = self.runtime.verify(action)
         else:
-            verdict = self.category.verify(self.db(), self.task, answer)
+            verdict = self.category.verify(self.db(), self.task, action)
         self.done = True
         reward = 1.0 if verdict.passed else (verdict.score if self.partial_credit else 0.0)
         if verdict.passed:
@@ -229,7 +231,7 @@ class ToolWorldEnv(Env):
             "violations": verdict.violations,
             "failed_constraints": verdict.failed,
             "score": verdict.score,
-            "task_id": self.record["id"] if self.record else None,
+            "task_id": self.record.id if self.record else None,
         }
         return obs, float(reward), True, False, info
 
@@ -243,100 +245,69 @@ class ToolWorldEnv(Env):
     def __deepcopy__(self, memo: dict[int, Any]) -> ToolWorldEnv:
         new = copy.copy(self)
         memo[id(self)] = new
+        shared = ("category", "records", "_catalog")
         new.__dict__ = copy.deepcopy(
-            {k: v for k, v in self.__dict__.items() if k not in ("category", "records")}, memo
+            {k: v for k, v in self.__dict__.items() if k not in shared}, memo
         )
         new.category, new.records = self.category, self.records
+        new._catalog = new.category.tools(new.db)  # the copy's tools read the copy's database
         return new
 
 
 class ToolWorldWrapper(ToolEnvWrapper):
-    """A `ToolEnvWrapper` that offers each episode its task's tools and ends on `submit_result`.
+    """A `ToolEnvWrapper` that offers each episode the tools of its task.
 
-    The wrapper holds the category's whole tool catalog; at each reset it exposes the tools
-    the task's record lists (a harder task lists more), or, for a model-written task, the
-    program's own tools.
+    The tools come from the inner `ToolWorldEnv` at each reset (`episode_tools`); a
+    `submit_result` call ends the episode through the tool contract's final answer, and a
+    finished episode runs no more tools and takes no second answer.
     """
 
-    def __init__(self, env: ToolWorldEnv, tools: list[Any], **kwargs: Any):
-        super().__init__(env, tools, **kwargs)
-        self._catalog = list(self.tools)
+    closed_after_end = True
 
-    def _episode_tools(self) -> list[Any]:
-        inner: ToolWorldEnv = self.env.unwrapped  # type: ignore[assignment]
-        if inner.runtime is not None:
-            return inner.runtime.tools()
-        by_name = {t.name: t for t in self._catalog}
-        names = [t["name"] for t in inner.record["tools"]] if inner.record else []
-        return [by_name[n] for n in names if n in by_name] or list(self._catalog)
+    def episode_tools(self, info: dict[str, Any]) -> list[Tool]:
+        """The task's own tools (a harder task lists more; a model's program has its own)."""
+        return self._world.episode_tools()
 
-    async def areset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ResetResult:
-        """Reset; swap in the task's tools before the prompt lists them."""
-        obs, info = await super().areset(seed=seed, options=options)
-        inner: ToolWorldEnv = self.env.unwrapped  # type: ignore[assignment]
-        tools = self._episode_tools()
-        if [t.name for t in tools] != [t.name for t in self.tools] or inner.runtime is not None:
-            self.tools, self._by_name = [], {}
-            self._add_tools(tools)
-            obs = inner.task.prompt
-            if self.instructions:
-                obs = f"{obs}\n\n{self.instructions_text()}"
-            info = {**info, "tools": self.schemas()}
-        return obs, info
-
-    async def astep(self, action: Any) -> StepResult:
-        """Run tool calls; when one of them submitted an answer, verify it and end."""
-        inner: ToolWorldEnv = self.env.unwrapped  # type: ignore[assignment]
-        if inner.done:  # a finished episode runs no more tools and takes no second answer
-            return inner.step(action)
-        obs, reward, terminated, truncated, info = await super().astep(action)
-        if inner.submitted is not None and not inner.done:
-            fobs, freward, fterm, ftrunc, finfo = inner.finish(inner.submitted)
-            return f"{obs}\n\n{fobs}", reward + freward, fterm, ftrunc, {**info, **finfo}
-        return obs, reward, terminated, truncated, info
+    @property
+    def _world(self) -> ToolWorldEnv:
+        world = self.env.unwrapped
+        if not isinstance(world, ToolWorldEnv):
+            raise ToolWorldError("ToolWorldWrapper wraps a ToolWorldEnv")
+        return world
 
     def clone(self) -> ToolWorldWrapper:
         """A copy whose tools point at the copy's own inner env."""
         new = super().clone()
-        inner = new.env.unwrapped
-        new._catalog = inner.category.tools(inner.db, inner.submit)
         new.tools, new._by_name = [], {}
-        new._add_tools(new._episode_tools())
+        new._add_tools(new._world.episode_tools())
         return new
 
 
 def make_toolworld(
-    category: str = "trip_planning",
+    category: str | None = None,
     *,
     path: str | Path | None = None,
-    records: list[dict[str, Any]] | None = None,
+    records: Sequence[TaskRecord | dict[str, Any]] | None = None,
     root: str | Path | None = None,
     level: int | None = None,
     partial_credit: bool = False,
     max_tool_uses: int | None = 400,
-    builtin_seed: int = 0,
-    builtin_n: int = BUILTIN_TASKS,
     **wrapper_kwargs: Any,
 ) -> ToolWorldWrapper:
-    """A toolworld env: the task env wrapped with its category's tools."""
+    """A toolworld env: the task env wrapped with its tools (a folder, or records + root).
+
+    `category`, when given, must be the records' category.
+    """
     inner = ToolWorldEnv(
-        category,
-        path=path,
-        records=records,
-        root=root,
-        level=level,
-        partial_credit=partial_credit,
-        builtin_seed=builtin_seed,
-        builtin_n=builtin_n,
+        category, path=path, records=records, root=root, level=level, partial_credit=partial_credit
     )
-    tools = inner.category.tools(inner.db, inner.submit)
-    return ToolWorldWrapper(inner, tools, max_tool_uses=max_tool_uses, **wrapper_kwargs)
+    return ToolWorldWrapper(
+        inner, inner.episode_tools(), max_tool_uses=max_tool_uses, **wrapper_kwargs
+    )
 
 
 def make_baseline(category: str = "trip_planning", seed: int | None = None, **_: Any) -> Any:
     """The category's baseline agent (the registry's `expert` slot for these envs)."""
-    from gemkit.synth.tasks.baselines import baseline_for
+    from gemkit.envs.toolworld.baselines import baseline_for
 
     return baseline_for(category, seed=seed)

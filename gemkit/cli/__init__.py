@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "serve": "gemkit.cli.serve",
     "eval": "gemkit.cli.eval",
     "synth": "gemkit.cli.synth",
+    "filter": "gemkit.cli.filter_cmd",
     "view": "gemkit.cli.view",
 }
 

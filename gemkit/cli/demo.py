@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     known = {s.id for s in list_envs("game")}
     games = [g for g in DEMO_GAMES if g in known]
     console.rule("[bold]gemkit demo: games played by their expert policies")
-    rows = run_policy(games, "expert", args.episodes, 0, 16, args.out / "episodes.jsonl")
+    # the same command again finds every part done and prints the same figures
+    rows = run_policy(games, "expert", args.episodes, 0, 16, args.out, resume=True)
     console.print(results_table(rows, "expert policies"))
     console.print(f"episodes saved under {args.out}/")
     return 0

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gemkit.cli.arguments import positive
 from gemkit.cli.console import console
 
 CONTEXTS = ("none", "discard-all", "discard-75", "summary", "thinking")
@@ -24,11 +26,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="model name (or GEMKIT_MODEL)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint (or GEMKIT_BASE_URL)")
     p.add_argument("--api-key", help="API key (or GEMKIT_API_KEY)")
-    p.add_argument("-n", "--episodes", type=int, default=10, help="episodes per env id")
+    p.add_argument("-n", "--episodes", type=positive, default=10, help="episodes per env id")
     p.add_argument("--seed", type=int, default=0, help="episode k uses seed SEED+k")
-    p.add_argument("--concurrency", type=int, default=16, help="episodes in flight at once")
+    p.add_argument("--concurrency", type=positive, default=16, help="episodes in flight at once")
     p.add_argument("--context", choices=CONTEXTS, default="none", help="context strategy")
-    p.add_argument("--max-context", type=int, default=32_000, help="context window in tokens")
+    p.add_argument("--max-context", type=positive, default=32_000, help="context window in tokens")
     p.add_argument("--tools", default="", help="comma-separated tool names, e.g. python,search")
     p.add_argument(
         "--tool-format",
@@ -40,10 +42,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--system-prompt", default=None)
     p.add_argument("--temperature", type=float, default=None)
-    p.add_argument("--max-tokens", type=int, default=None, help="token budget of each policy reply")
+    p.add_argument(
+        "--max-tokens", type=positive, default=None, help="token budget of each policy reply"
+    )
     p.add_argument(
         "--max-summary-tokens",
-        type=int,
+        type=positive,
         default=1024,
         help="token budget of each --context summary, apart from --max-tokens (default 1024)",
     )
@@ -112,20 +116,40 @@ def summary_table(summary: dict[str, dict[str, float]]) -> Table:
     return table
 
 
+def settings_of(args: argparse.Namespace, model: str | None) -> dict[str, Any]:
+    """The settings that change an eval's results (its manifest; `--resume` must match them)."""
+    llm = args.policy == "llm"
+    return {
+        "policy": args.policy,
+        "model": model if llm else None,
+        "temperature": args.temperature if llm else None,
+        "max_tokens": args.max_tokens if llm else None,
+        "system_prompt": args.system_prompt if llm else None,
+        "tools": [t.strip() for t in args.tools.split(",") if t.strip()],
+        "tool_format": args.tool_format if llm else None,
+        "context": args.context if llm else None,
+        "max_context": args.max_context if llm and args.context != "none" else None,
+        "max_summary_tokens": args.max_summary_tokens
+        if llm and args.context == "summary"
+        else None,
+    }
+
+
+def _without_credentials(url: str) -> str:
+    """An endpoint's address as the manifest records it (any user:password@ dropped)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=host))
+
+
 async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
-    from gemkit.errors import GemkitError
-    from gemkit.evaluate import EPISODES_FILE, evaluate, read_done
-    from gemkit.policy import make_policy
-    from gemkit.registry import spec
+    from gemkit.evaluate import evaluate
+    from gemkit.registry import make_policy, spec
 
     for env_id in args.env_ids:
         spec(env_id)  # unknown ids fail before any work
-    done = read_done(args.out / EPISODES_FILE)
-    if done and not args.resume:
-        raise GemkitError(
-            f"{args.out} already holds {len(done)} finished episodes; pass --resume to "
-            "continue that run, or choose another --out"
-        )
     tools = [t for t in args.tools.split(",") if t.strip()]
     client = None
     if args.policy == "llm":
@@ -139,8 +163,9 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
             max_concurrency=args.concurrency,
             **{k: v for k, v in sampling.items() if v is not None},
         )
+    settings = settings_of(args, client.model if client is not None else None)
 
-    def policy_factory(env_id: str):
+    def policy_factory(env_id: str, seed: int):
         if client is not None:
             native = args.tool_format == "native"
             return make_policy(
@@ -151,7 +176,17 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 env_tools=native,
                 message_actions=native,
             )
-        return make_policy(args.policy, env_id, seed=args.seed)
+        return make_policy(args.policy, env_id, seed=seed)
+
+    def policy_info(seed: int) -> dict[str, Any]:
+        if client is None:
+            return {"name": args.policy, "seed": seed}
+        return {
+            "name": "llm",
+            "model": client.model,
+            "temperature": args.temperature,
+            "max_tokens": args.max_tokens,
+        }
 
     def make_kwargs(env_id: str) -> dict[str, Any]:
         kw: dict[str, Any] = {"tools": tools} if tools else {}
@@ -167,17 +202,19 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         TimeElapsedColumn(),
     )
     with Progress(*columns, console=console) as progress:
-        tasks = {}
-        for env_id in args.env_ids:
-            prior = [
-                r for r in done.values() if r["env_id"] == env_id and r["index"] < args.episodes
-            ]
-            tasks[env_id] = progress.add_task(
-                env_id,
-                total=args.episodes,
-                completed=len(prior),
-                wins=sum(r["success"] for r in prior),
-            )
+        tasks: dict[str, Any] = {}
+
+        def on_start(done: Mapping[str, dict[str, Any]]) -> None:
+            for env_id in args.env_ids:
+                prior = [
+                    r for r in done.values() if r["env_id"] == env_id and r["index"] < args.episodes
+                ]
+                tasks[env_id] = progress.add_task(
+                    env_id,
+                    total=args.episodes,
+                    completed=len(prior),
+                    wins=sum(r["success"] for r in prior),
+                )
 
         def on_episode(env_id: str, k: int, ep: Any) -> None:
             task = tasks[env_id]
@@ -198,6 +235,10 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 resume=args.resume,
                 make_kwargs=make_kwargs,
                 on_episode=on_episode,
+                on_start=on_start,
+                policy_info=policy_info,
+                settings=settings,
+                info={"base_url": _without_credentials(client.base_url) if client else None},
             )
         finally:
             if client is not None:
@@ -206,15 +247,15 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the evaluation and print the table."""
-    if args.episodes < 1 or args.concurrency < 1:
-        console.print("[red]error:[/red] -n and --concurrency must be at least 1")
-        return 2
-    if args.max_summary_tokens < 1 or (args.max_tokens is not None and args.max_tokens < 1):
-        console.print("[red]error:[/red] --max-tokens and --max-summary-tokens must be at least 1")
-        return 2
     summary = asyncio.run(_main(args))
     console.print(summary_table(summary))
     console.print(f"results in {args.out}/ (episodes.jsonl, summary.json)")
+    errors = sum(s.get("errors", 0) for s in summary.values())
+    if errors:
+        console.print(
+            f"[yellow]{errors} episodes ended in an error (see {args.out}/errors.jsonl); "
+            "rerun with --resume to play them again[/yellow]"
+        )
     for env_id, s in summary.items():
         if s.get("context_warnings"):
             console.print(

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import itertools
-from collections.abc import Iterator
+import asyncio
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from gemkit.cli.arguments import positive
 from gemkit.cli.console import console
+from gemkit.errors import GemkitError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -18,10 +19,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a built-in policy on env ids and report the results")
     p.add_argument("env_ids", nargs="+", metavar="ID")
     p.add_argument("--policy", choices=["expert", "random"], default="expert")
-    p.add_argument("-n", "--episodes", type=int, default=10)
+    p.add_argument("-n", "--episodes", type=positive, default=10)
     p.add_argument("--seed", type=int, default=0, help="episode k uses seed SEED+k")
-    p.add_argument("--concurrency", type=int, default=64)
-    p.add_argument("--out", type=Path, help="save episodes as JSONL (one file per id if several)")
+    p.add_argument("--concurrency", type=positive, default=64)
+    p.add_argument(
+        "--out", type=Path, help="results folder (episodes.jsonl, run.json, summary.json)"
+    )
+    p.add_argument("--resume", action="store_true", help="continue a run in --out")
     p.set_defaults(func=run)
 
 
@@ -46,49 +50,101 @@ def results_table(rows: dict[str, dict[str, float]], title: str) -> Table:
 
 
 def run_policy(
-    env_ids: list[str], policy: str, n: int, seed: int, concurrency: int, out: Path | None
+    env_ids: list[str],
+    policy: str,
+    n: int,
+    seed: int,
+    concurrency: int,
+    out: Path | None,
+    *,
+    resume: bool = False,
 ) -> dict[str, dict[str, float]]:
-    """Run `policy` on each id with a progress bar; save and summarise the episodes."""
-    from gemkit.policy import make_policy
-    from gemkit.registry import spec
-    from gemkit.rollout import run_episodes, save_jsonl, summarize
+    """Run `policy` on each id with a progress bar; summarise the episodes, saved under `out`.
+
+    Episode k is played with seed `seed + k` by a policy seeded with the same seed, so the
+    figures do not depend on the concurrency. With `out`, the episodes go to a run folder
+    (`gemkit.evaluate`): `resume=True` continues one made with the same settings.
+    """
+    from gemkit.evaluate import evaluate, play
+    from gemkit.registry import make_policy, spec
+    from gemkit.rollout import summarize
 
     for env_id in env_ids:
         spec(env_id)  # unknown ids fail before any work starts
-    rows: dict[str, dict[str, float]] = {}
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    if out is not None and out.suffix == ".jsonl":
+        raise GemkitError(
+            f"--out {out} names a file; --out is a folder now (episodes.jsonl, run.json and "
+            "summary.json go inside it): pass a folder name"
+        )
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=console, transient=True) as progress:
+        bars = {env_id: progress.add_task(env_id, total=n) for env_id in env_ids}
+
+        def factory(env_id: str, s: int):
+            return make_policy(policy, env_id, seed=s)
+
+        if out is not None:
+
+            def on_start(done: dict) -> None:
+                for r in done.values():
+                    if r["env_id"] in bars and r["index"] < n:
+                        progress.advance(bars[r["env_id"]])
+
+            return asyncio.run(
+                evaluate(
+                    env_ids,
+                    factory,
+                    n,
+                    out,
+                    seed=seed,
+                    concurrency=concurrency,
+                    resume=resume,
+                    on_start=on_start,
+                    on_episode=lambda env_id, k, ep: progress.advance(bars[env_id]),
+                    policy_info=lambda s: {"name": policy, "seed": s},
+                    settings={"policy": policy},
+                    kind="run",
+                )
+            )
+        rows: dict[str, dict[str, float]] = {}
         for env_id in env_ids:
-            task = progress.add_task(env_id, total=n)
-            counter = itertools.count(seed)
+            episodes = []
 
-            def factory(env_id: str = env_id, counter: Iterator[int] = counter):
-                return make_policy(policy, env_id, seed=next(counter))
+            def commit(k: int, ep, env_id: str = env_id, episodes: list = episodes) -> None:
+                episodes.append(ep)
+                progress.advance(bars[env_id])
 
-            episodes = run_episodes(
-                env_id,
-                factory,
-                n,
-                seed=seed,
-                concurrency=concurrency,
-                on_episode=lambda k, ep, task=task: progress.advance(task),
+            asyncio.run(
+                play(
+                    env_id,
+                    range(n),
+                    lambda s, env_id=env_id: factory(env_id, s),
+                    seed=seed,
+                    concurrency=concurrency,
+                    commit=commit,
+                )
             )
             rows[env_id] = summarize(episodes)
-            if out is not None:
-                path = out if len(env_ids) == 1 else out.with_name(
-                    f"{out.stem}-{env_id.replace(':', '_')}{out.suffix or '.jsonl'}"
-                )
-                save_jsonl(episodes, path)
     return rows
 
 
 def run(args: argparse.Namespace) -> int:
     """Run and print the table."""
-    if args.episodes < 1:
-        console.print("[red]error:[/red] -n must be at least 1")
-        return 2
-    rows = run_policy(args.env_ids, args.policy, args.episodes, args.seed, args.concurrency, args.out)
+    rows = run_policy(
+        args.env_ids,
+        args.policy,
+        args.episodes,
+        args.seed,
+        args.concurrency,
+        args.out,
+        resume=args.resume,
+    )
     console.print(results_table(rows, f"policy: {args.policy}"))
     if args.out is not None:
-        console.print(f"episodes saved next to {args.out}")
+        console.print(f"episodes saved in {args.out}/episodes.jsonl")
     return 0

@@ -7,6 +7,7 @@ import argparse
 import time
 
 from gemkit.cli.console import console
+from gemkit.cli.serve_model import add_model_parser
 from gemkit.errors import GemkitError
 from gemkit.search.server import SearchLimits
 
@@ -17,10 +18,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run, serve_parser=p)
     targets = p.add_subparsers(dest="target", metavar="TARGET")
     _add_search(targets)
-    from gemkit.cli.serve_model import add_model_parser
-    from gemkit.integrations.http_env import add_env_parser
-
-    add_env_parser(targets)
+    _add_env(targets)
     add_model_parser(targets)
 
 
@@ -119,3 +117,63 @@ def run(args: argparse.Namespace) -> int:
         args.serve_parser.print_help()
         return 2
     return int(target(args) or 0)
+
+
+def _add_env(targets: argparse._SubParsersAction) -> None:
+    """Register `gemkit serve env ID` on the `serve` command's targets."""
+    p = targets.add_parser(
+        "env",
+        help="serve an env over HTTP (POST /reset, /step, /clone, /close; GET /health)",
+        description="Serve one gemkit env id over HTTP with one env per session, so any "
+        "trainer in any process or language can play it (see docs/training.md).",
+    )
+    p.add_argument("env_id", metavar="ID", help="env id, e.g. game:GuessTheNumber-v0-easy")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8010, help="port, 1-65535 (default 8010)")
+    p.add_argument("--max-sessions", type=_positive_int, default=1024, help="open sessions at most")
+    p.add_argument(
+        "--session-ttl",
+        type=float,
+        default=3600.0,
+        help="close a session idle this many seconds (default 3600; 0: never)",
+    )
+    p.add_argument(
+        "--max-body-kb", type=_positive_int, default=4096, help="largest request body (KiB)"
+    )
+    p.add_argument(
+        "--workers", type=_positive_int, help="threads for sync env calls (default CPUs + 4)"
+    )
+    p.add_argument(
+        "--token",
+        help="require 'Authorization: Bearer TOKEN' on every request (default $GEMKIT_SERVE_TOKEN)",
+    )
+    p.set_defaults(serve=_run_env)
+
+
+def _run_env(args: argparse.Namespace) -> int:
+    from gemkit.integrations.http_env import EnvServer
+    from gemkit.serving import check_port, run_app
+
+    check_port(args.port)
+    server = EnvServer(
+        args.env_id,
+        max_sessions=args.max_sessions,
+        session_ttl=args.session_ttl,
+        max_body=args.max_body_kb * 1024,
+        workers=args.workers,
+        token=args.token,
+    )
+    auth = "token required" if server.token else "no token"
+    run_app(
+        server.app(),
+        args.host,
+        args.port,
+        token=server.token,
+        on_start=lambda: console.print(
+            f"serving [bold]{args.env_id}[/bold] on [cyan]http://{args.host}:{args.port}[/cyan] "
+            f"({auth})  POST /reset /step /clone /close  (Ctrl-C to stop)",
+            highlight=False,
+        ),
+        warn=lambda line: console.print(f"[yellow]{line}[/yellow]", highlight=False),
+    )
+    return 0

@@ -11,30 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gemkit.cli.arguments import count as _count
+from gemkit.cli.arguments import positive as _positive
 from gemkit.cli.console import console
 from gemkit.cli.synth_tasks import add_tasks_parser
 from gemkit.errors import GemkitError
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {value}")
-    return value
-
 
 # -- qa -----------------------------------------------------------------------------------------
 
@@ -85,8 +66,13 @@ def _table(stats: Any, title: str) -> Any:
     table.add_row("mean fuzzes (published 2.10)", f"{s['mean_fuzz']:.2f}")
     table.add_row("mean tool calls needed", f"{s['mean_tool_calls']:.1f}")
     table.add_row("closed-book accuracy", f"{s['closed_book_accuracy']:.1%}")
-    if stats.seconds:
-        table.add_row("kept per minute", f"{60 * stats.kept / stats.seconds:.0f}")
+    rate = stats.kept_per_minute()
+    if rate is not None:  # this run's own records over its own time, not the resumed ones
+        table.add_row("kept per minute", f"{rate:.0f}")
+    if stats.resumed:
+        table.add_row("found on disk (resumed)", str(stats.resumed))
+    if stats.failed:
+        table.add_row("failed on the model server (retried on resume)", str(stats.failed))
     return table
 
 
@@ -94,7 +80,7 @@ def run_qa(args: argparse.Namespace) -> int:
     """Run (or resume) a QA synthesis run with a progress bar, then print its figures."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from gemkit.synth.qa.run import RunConfig, read_records, run
+    from gemkit.synth.qa.run import RunConfig, run
 
     if args.llm and not args.model:
         raise GemkitError("--llm needs --model NAME (the model the endpoint serves)")
@@ -103,17 +89,17 @@ def run_qa(args: argparse.Namespace) -> int:
     config = RunConfig(n=args.n, world_size=args.world_size, seed=args.seed,
                        min_inject=args.min_inject, min_fuzz=args.min_fuzz, llm_url=args.llm,
                        model=args.model, corpus=args.corpus, seeds=args.seeds)
-    already = len(read_records(args.out)) if (args.out / "qa.jsonl").exists() else 0
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rejected]} rejected"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:
-        task = progress.add_task("synth qa", total=args.n, completed=min(already, args.n), rejected=0)
+        task = progress.add_task("synth qa", total=args.n, rejected=0)
 
         def on_item(outcome: dict[str, Any], stats: Any) -> None:
             progress.update(task, completed=min(stats.kept, args.n),
                             rejected=sum(stats.rejected.values()))
 
         stats = run(args.out, config, workers=args.workers, on_item=on_item,
+                    on_start=lambda stats: on_item({}, stats),
                     executor=args.executor, ray_address=args.ray_address)
     console.print(_table(stats, f"synth qa → {args.out}"))
     console.print(f"records: {args.out / 'qa.jsonl'}   dataset: {args.out / 'dataset'}")

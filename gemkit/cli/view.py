@@ -36,25 +36,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def check_task(record: Mapping[str, Any], database: Path | None) -> dict[str, Any]:
+def check_task(raw: Mapping[str, Any], database: Path | None) -> dict[str, Any]:
     """The category's own verifier on a task record's reference answer.
 
     The category comes from the registry by name; the `ref` a record names is shown, never
     imported, so a record cannot choose which code runs. A model-written verifier (`kind:
     code`) runs in the sandbox, as the `toolworld:` env runs it.
     """
-    from gemkit.synth.tasks import get_category
-    from gemkit.synth.tasks.base import Database
-    from gemkit.synth.tasks.run import task_from_record
+    from gemkit.envs.toolworld.categories import played_category
+    from gemkit.envs.toolworld.category import Database, task_from_record
+    from gemkit.records.base import RecordError
+    from gemkit.records.tasks import TaskRecord
 
     if database is None:
         return {"note": "the task's database is not available, so the verifier was not run"}
-    answer = record.get("reference_answer")
-    verifier = record.get("verifier") if isinstance(record.get("verifier"), Mapping) else {}
-    if verifier.get("kind") == "code":
-        from gemkit.synth.tasks.llm import CodeRuntime
+    try:
+        record = TaskRecord.parse(dict(raw))
+    except RecordError as e:
+        return {"note": f"the verifier was not run: {e}"}
+    answer = record.reference_answer
+    if record.verifier.kind == "code":
+        from gemkit.envs.toolworld.program import CodeRuntime
 
-        runtime = CodeRuntime(dict(record), database)
+        runtime = CodeRuntime(record, database)
         try:
             verdict = runtime.verify(answer)
         finally:
@@ -62,24 +66,34 @@ def check_task(record: Mapping[str, Any], database: Path | None) -> dict[str, An
         return {
             "verdict": verdict.to_dict(),
             "verifier": "the record's own verifier code, run in the sandbox",
-            "solution_source": (record.get("solution") or {}).get("code"),
+            "solution_source": record.solution.code,
         }
-    category = get_category(str(record.get("category", "")))
+    category = played_category(record.category)
     db = Database(database)
     try:
-        verdict = category.verify(db, task_from_record(dict(record)), answer)
+        verdict = category.verify(db, task_from_record(record), answer)
     finally:
         db.close()
     ran = category.verifier_ref()
-    named = verifier.get("ref")
+    named = record.verifier.ref
     return {
         "verdict": verdict.to_dict(),
         "verifier": ran,
         "note": f"the record names the verifier {named!r}; the viewer ran the registered {ran!r}"
         if named and named != ran
         else "",
-        "solution_source": category.solution_source(),
+        "solution_source": _solution_source(record.category),
     }
+
+
+def _solution_source(category: str) -> str | None:
+    # the reference solution is synthesis's; a category only played here has none to show
+    from gemkit.synth.tasks import TaskSynthesisError, get_category
+
+    try:
+        return get_category(category).solution_source()
+    except TaskSynthesisError:
+        return None
 
 
 async def _serve(args: argparse.Namespace) -> None:

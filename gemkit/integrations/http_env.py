@@ -31,7 +31,6 @@ How the server holds up against its clients:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import itertools
@@ -53,7 +52,6 @@ from gemkit.errors import GemkitError
 from gemkit.serving import (
     RequestError,
     auth_headers,
-    check_port,
     json_type,
     middlewares,
     preview,
@@ -530,72 +528,6 @@ def serve_env(env_id: str, host: str = "127.0.0.1", port: int = 8010, **kwargs: 
     """Serve `env_id` until interrupted (blocking); `kwargs` go to `EnvServer`."""
     server = EnvServer(env_id, **kwargs)
     run_app(server.app(), host, port, token=server.token)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
-
-
-def add_env_parser(targets: argparse._SubParsersAction) -> None:
-    """Register `gemkit serve env ID` on the `serve` command's targets."""
-    p = targets.add_parser(
-        "env",
-        help="serve an env over HTTP (POST /reset, /step, /clone, /close; GET /health)",
-        description="Serve one gemkit env id over HTTP with one env per session, so any "
-        "trainer in any process or language can play it (see docs/training.md).",
-    )
-    p.add_argument("env_id", metavar="ID", help="env id, e.g. game:GuessTheNumber-v0-easy")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8010, help="port, 1-65535 (default 8010)")
-    p.add_argument("--max-sessions", type=_positive_int, default=1024, help="open sessions at most")
-    p.add_argument(
-        "--session-ttl",
-        type=float,
-        default=3600.0,
-        help="close a session idle this many seconds (default 3600; 0: never)",
-    )
-    p.add_argument(
-        "--max-body-kb", type=_positive_int, default=4096, help="largest request body (KiB)"
-    )
-    p.add_argument(
-        "--workers", type=_positive_int, help="threads for sync env calls (default CPUs + 4)"
-    )
-    p.add_argument(
-        "--token",
-        help="require 'Authorization: Bearer TOKEN' on every request (default $GEMKIT_SERVE_TOKEN)",
-    )
-    p.set_defaults(serve=_run_env)
-
-
-def _run_env(args: argparse.Namespace) -> int:
-    from gemkit.cli.console import console
-
-    check_port(args.port)
-    server = EnvServer(
-        args.env_id,
-        max_sessions=args.max_sessions,
-        session_ttl=args.session_ttl,
-        max_body=args.max_body_kb * 1024,
-        workers=args.workers,
-        token=args.token,
-    )
-    auth = "token required" if server.token else "no token"
-    run_app(
-        server.app(),
-        args.host,
-        args.port,
-        token=server.token,
-        on_start=lambda: console.print(
-            f"serving [bold]{args.env_id}[/bold] on [cyan]http://{args.host}:{args.port}[/cyan] "
-            f"({auth})  POST /reset /step /clone /close  (Ctrl-C to stop)",
-            highlight=False,
-        ),
-        warn=lambda line: console.print(f"[yellow]{line}[/yellow]", highlight=False),
-    )
-    return 0
 
 
 # -- client ------------------------------------------------------------------------------------

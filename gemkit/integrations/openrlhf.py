@@ -25,8 +25,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gemkit.core import areset_of, astep_of
 from gemkit.errors import GemkitError
-from gemkit.integrations.tokens import observation_text as _text
+from gemkit.integrations.episode_tokens import observation_text as _text
+from gemkit.integrations.requires import missing_dependency
 
 #: How env feedback is framed after the model's turn; `{observation}` is the env's text.
 #: The default closes the assistant turn and opens a user turn in ChatML (Qwen, many others).
@@ -73,7 +75,7 @@ class GemkitAgent:
             self.env.close()
         self.env = make(env_id, **self.make_kwargs)
         seed = label.get("seed")
-        obs, _ = await self.env.areset(seed=None if seed is None else int(seed))
+        obs, _ = await areset_of(self.env, seed=None if seed is None else int(seed))
         self.total = 0.0
         return {"observation": self.prompt_template.format(observation=_text(obs))}
 
@@ -83,7 +85,7 @@ class GemkitAgent:
 
         if self.env is None:
             raise GemkitError("step() before reset(): OpenRLHF resets each instance first")
-        obs, reward, terminated, truncated, info = await self.env.astep(states["action_text"])
+        obs, reward, terminated, truncated, info = await astep_of(self.env, states["action_text"])
         done = bool(terminated or truncated)
         self.total += float(reward)
         feedback = "" if done else self.feedback_template.format(observation=_text(obs))
@@ -109,9 +111,10 @@ def agent_instance_class(
 ) -> type:
     """An `AgentInstance` class for OpenRLHF's `--agent_func_path` file.
 
-    It subclasses OpenRLHF's `AgentInstanceBase` when OpenRLHF is installed (its executor
-    checks that), and is a plain `GemkitAgent` otherwise. `env_id` is the default when a
-    label names none.
+    It subclasses OpenRLHF's `AgentInstanceBase` (its executor checks that): without OpenRLHF,
+    or one of the packages `openrlhf.utils.agent` imports (`pylatexenc`, ...), it raises
+    `MissingDependencyError` naming the package (`GemkitAgent` is the logic alone). `env_id`
+    is the default when a label names none.
     """
     if env_id is not None:
         from gemkit.registry import spec
@@ -120,16 +123,13 @@ def agent_instance_class(
     for template, name in ((prompt_template, "prompt"), (feedback_template, "feedback")):
         if "{observation}" not in template:
             raise GemkitError(f"{name}_template must contain '{{observation}}', got {template!r}")
-    bases: tuple[type, ...] = (GemkitAgent,)
     try:
         from openrlhf.utils.agent import AgentInstanceBase  # type: ignore[import-not-found]
-
-        bases = (GemkitAgent, AgentInstanceBase)
-    except ImportError:
-        pass
+    except ImportError as e:  # OpenRLHF's executor rejects a class without its base
+        raise missing_dependency("openrlhf", "agent_instance_class()", e) from e
     return type(
         "AgentInstance",
-        bases,
+        (GemkitAgent, AgentInstanceBase),
         {
             "env_id": env_id,
             "prompt_template": prompt_template,

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gemkit.errors import GemkitError
-from gemkit.integrations.tokens import observation_text as _text
-from gemkit.integrations.tokens import prompt_ids as first_prompt_ids
-from gemkit.integrations.tokens import reply_ids
+from gemkit.integrations.episode_tokens import observation_text as _text
+from gemkit.integrations.episode_tokens import prompt_ids as first_prompt_ids
+from gemkit.integrations.episode_tokens import reply_ids
 
 DEFAULT_INSTRUCTION = (
     "Solve the task below. Send each move or answer with the `{tool}` tool, one per call, "
@@ -252,7 +252,7 @@ class GemkitRollout:
         self, model: Any, tokenizer: Any, envs: list, prompt_ids: list[list[int]], budget: int
     ) -> tuple[list[list[int]], list[list[int]], list[float]]:
         from gemkit.rl import discounted_returns
-        from gemkit.train.tokens import sample
+        from gemkit.train.sequences import sample
 
         n = len(envs)
         completions: list[list[int]] = [[] for _ in range(n)]
@@ -300,7 +300,7 @@ class GemkitRollout:
     ) -> list[list[float]]:
         import torch
 
-        from gemkit.train.tokens import pack, token_logprobs
+        from gemkit.train.sequences import pack, token_logprobs
 
         out = []
         with torch.no_grad():

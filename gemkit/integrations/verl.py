@@ -6,8 +6,9 @@ talks to the rollout server in token ids and returns an `AgentLoopOutput`: `prom
 0 = env token), optional `response_logprobs`, `reward_score` and `num_turns`.
 
 `play_episode` is that loop with the model abstracted as an async `generate(prompt_ids)`, so
-it runs (and is tested) without verl. `GemkitAgentLoop` wraps it for verl; it exists when
-verl is importable and registers itself as agent `gemkit`. Rows name their env and seed in
+it runs (and is tested) without verl. `GemkitAgentLoop` wraps it for verl and registers
+itself as agent `gemkit`; where verl (or one of its imports) is missing, reading it raises
+`MissingDependencyError` naming the package to install. Rows name their env and seed in
 `extra_info` (`verl_rows` builds them):
 
     actor_rollout_ref.rollout.agent.default_agent_loop=gemkit   # or agent_name per row
@@ -16,14 +17,19 @@ verl is importable and registers itself as agent `gemkit`. Rows name their env a
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gemkit.core import areset_of, astep_of
 from gemkit.errors import GemkitError
-from gemkit.integrations.tokens import observation_text as _text
-from gemkit.integrations.tokens import prompt_ids, reply_ids
+from gemkit.integrations.episode_tokens import observation_text as _text
+from gemkit.integrations.episode_tokens import prompt_ids, reply_ids
+from gemkit.integrations.requires import missing_dependency
+
+log = logging.getLogger(__name__)
 
 #: `generate(context_ids) -> (token_ids, logprobs or None)`
 Generate = Callable[[list[int]], Awaitable[tuple[list[int], list[float] | None]]]
@@ -71,7 +77,7 @@ async def play_episode(
     """
     from gemkit.rl import discounted_returns
 
-    obs, _ = await env.areset(seed=seed)
+    obs, _ = await areset_of(env, seed=seed)
     episode = EpisodeTokens(prompt_ids=prompt_ids(tokenizer, obs))
     for _ in range(max_turns):
         room = response_length - len(episode.response_ids)
@@ -82,7 +88,7 @@ async def play_episode(
         episode.add(tokens, 1, None if logprobs is None else list(logprobs)[: len(tokens)])
         episode.num_turns += 1
         action = tokenizer.decode(tokens, skip_special_tokens=True)
-        obs, reward, terminated, truncated, info = await env.astep(action)
+        obs, reward, terminated, truncated, info = await astep_of(env, action)
         episode.rewards.append(float(reward))
         if terminated or truncated:
             episode.success = bool(info.get("success", False))
@@ -143,16 +149,29 @@ def _token_output(out: Any) -> tuple[list[int], list[float] | None]:
     return list(out), None
 
 
-try:  # verl pulls in ray, vLLM/SGLang and CUDA; the class exists only where verl does
+# verl's agent loop imports ray, orjson, cachetools, tensordict, hydra and fastapi: where one is
+# missing the class cannot exist, and reading it raises with the package to install
+_VERL_ERROR: ImportError | None = None
+try:
     from verl.experimental.agent_loop.agent_loop import (  # type: ignore[import-not-found]
         AgentLoopBase,
         AgentLoopOutput,
         register,
     )
-except ImportError:  # pragma: no cover - exercised where verl is installed
+except ImportError as _e:
     AgentLoopBase = None  # type: ignore[assignment,misc]
+    _VERL_ERROR = missing_dependency("verl", "gemkit.integrations.verl.GemkitAgentLoop", _e)
+    if _e.name and not _e.name.startswith("verl"):  # verl is there, one of its imports is not
+        log.warning("%s", _VERL_ERROR)
 
-if AgentLoopBase is not None:  # pragma: no cover - needs verl
+
+def __getattr__(name: str) -> Any:
+    if name == "GemkitAgentLoop" and _VERL_ERROR is not None:
+        raise _VERL_ERROR
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if AgentLoopBase is not None:
 
     @register("gemkit")
     class GemkitAgentLoop(AgentLoopBase):

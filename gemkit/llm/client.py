@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -477,6 +477,101 @@ class LLMClient:
             )
         return data
 
+    async def chat_stream(
+        self,
+        messages: Sequence[Mapping[str, Any] | Message],
+        *,
+        on_delta: Callable[[ChatDelta], Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        timeout: float | None = None,
+        **params: Any,
+    ) -> ChatResponse:
+        """`chat` with `stream=true`: each piece goes to `on_delta` as it arrives; returns the
+        whole response, assembled from the stream (usage included, via `stream_options`).
+
+        Failures before the first piece are retried as in `chat`; once pieces have gone to
+        `on_delta`, a broken stream raises `LLMError` (a retry would send them twice).
+        """
+        if not messages:
+            raise LLMError("chat_stream() needs at least one message")
+        body = self.build_body(messages, tools=tools, **params)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        self.num_requests += 1
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            attempt += 1
+            self.num_attempts += 1
+            chunks: list[dict[str, Any]] = []
+            try:
+                await self._post_stream(
+                    body, timeout if timeout is not None else self.timeout, chunks, on_delta
+                )
+            except _Retryable as e:
+                if chunks or attempt > self.max_retries:
+                    raise LLMError(
+                        f"streamed chat request to {self.base_url} failed after {attempt} "
+                        f"attempts{' and ' + str(len(chunks)) + ' chunks' if chunks else ''}: {e}",
+                        status=e.status,
+                        attempts=attempt,
+                    ) from None
+                self.num_retries += 1
+                await asyncio.sleep(self._delay(attempt, e.retry_after))
+                continue
+            response = ChatResponse.from_dict(
+                assemble_chunks(chunks), attempts=attempt, latency_s=time.monotonic() - start
+            )
+            self.usage = self.usage + response.usage
+            return response
+
+    async def _post_stream(
+        self,
+        body: dict[str, Any],
+        timeout: float,
+        chunks: list[dict[str, Any]],
+        on_delta: Callable[[ChatDelta], Any] | None,
+    ) -> None:
+        session, sem = self._ensure_session()
+        url = f"{self.base_url}/chat/completions"
+        async with sem:
+            try:
+                async with session.post(
+                    url, json=body, timeout=aiohttp.ClientTimeout(total=timeout)
+                ) as resp:
+                    if resp.status >= 400:
+                        text = await resp.text()
+                        retry_after = _parse_retry_after(resp.headers.get("Retry-After"))
+                        if resp.status in RETRY_STATUSES or resp.status >= 500:
+                            raise _Retryable(
+                                f"HTTP {resp.status}: {_error_message(text)}",
+                                retry_after,
+                                resp.status,
+                            )
+                        raise LLMError(
+                            f"the endpoint rejected the request (HTTP {resp.status}): "
+                            f"{_error_message(text)}",
+                            status=resp.status,
+                        )
+                    async for line in resp.content:
+                        chunk = sse_data(line)
+                        if chunk is None:
+                            continue
+                        if chunk == "[DONE]":
+                            return
+                        chunks.append(chunk)
+                        if on_delta is not None:
+                            for delta in chunk_deltas(chunk):
+                                result = on_delta(delta)
+                                if asyncio.iscoroutine(result):
+                                    await result
+            except asyncio.TimeoutError:
+                raise _Retryable(f"no whole answer within {timeout:g}s") from None
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
+                raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
+        if not chunks:
+            raise _Retryable("the stream ended before its first chunk")
+
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(retry_after, self.max_retry_after)
@@ -524,3 +619,98 @@ def _error_message(text: str) -> str:
     if isinstance(err, Mapping):
         return str(err.get("message", err))
     return str(err)[:300] if err else text[:300]
+
+
+# -- streaming ------------------------------------------------------------------------------------
+
+
+@dataclass
+class ChatDelta:
+    """One piece of a streamed answer: new text of choice `index`, or a tool call's piece."""
+
+    index: int = 0
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+def sse_data(line: bytes | str) -> Any:
+    """The JSON of one server-sent `data:` line (`"[DONE]"` for the end), None for others."""
+    text = line.decode("utf-8", "replace") if isinstance(line, bytes) else line
+    text = text.strip()
+    if not text.startswith("data:"):
+        return None
+    payload = text[5:].strip()
+    if payload == "[DONE]":
+        return "[DONE]"
+    try:
+        data = json.loads(payload)
+    except json.JSONDecodeError:
+        raise LLMError(
+            f"the endpoint streamed a line that is not JSON: {payload[:200]!r}"
+        ) from None
+    if isinstance(data, dict) and "error" in data:
+        raise LLMError(f"the endpoint failed mid-stream: {_error_message(payload)}")
+    return data if isinstance(data, dict) else None
+
+
+def chunk_deltas(chunk: Mapping[str, Any]) -> list[ChatDelta]:
+    """The pieces of one `chat.completion.chunk`, one per choice it carries."""
+    out = []
+    for c in chunk.get("choices") or []:
+        delta = c.get("delta") or {}
+        out.append(
+            ChatDelta(
+                index=int(c.get("index", 0)),
+                content=delta.get("content"),
+                reasoning_content=delta.get("reasoning_content") or delta.get("reasoning"),
+                tool_calls=list(delta.get("tool_calls") or []),
+                finish_reason=c.get("finish_reason"),
+            )
+        )
+    return out
+
+
+def assemble_chunks(chunks: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A chat-completions body from its stream: texts joined, tool-call pieces merged by index."""
+    choices: dict[int, dict[str, Any]] = {}
+    usage = None
+    for chunk in chunks:
+        usage = chunk.get("usage") or usage
+        for d in chunk_deltas(chunk):
+            c = choices.setdefault(d.index, {"content": [], "reasoning": [], "calls": {}})
+            if d.content:
+                c["content"].append(d.content)
+            if d.reasoning_content:
+                c["reasoning"].append(d.reasoning_content)
+            for piece in d.tool_calls:
+                call = c["calls"].setdefault(int(piece.get("index", 0)), {"name": "", "args": []})
+                call["id"] = piece.get("id") or call.get("id")
+                fn = piece.get("function") or {}
+                call["name"] += fn.get("name") or ""
+                call["args"].append(fn.get("arguments") or "")
+            if d.finish_reason:
+                c["finish"] = d.finish_reason
+    first = chunks[0] if chunks else {}
+    body_choices = []
+    for i, c in sorted(choices.items()):
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(c["content"]) or None}
+        if c["reasoning"]:
+            message["reasoning_content"] = "".join(c["reasoning"])
+        if c["calls"]:
+            message["tool_calls"] = [
+                {
+                    "id": call.get("id") or f"call_{i}_{k}",
+                    "type": "function",
+                    "function": {"name": call["name"], "arguments": "".join(call["args"])},
+                }
+                for k, call in sorted(c["calls"].items())
+            ]
+        body_choices.append({"index": i, "message": message, "finish_reason": c.get("finish")})
+    return {
+        "id": first.get("id", ""),
+        "model": first.get("model", ""),
+        "choices": body_choices,
+        "usage": usage,
+    }

@@ -2,7 +2,7 @@
 
 It keeps the episode's context as token ids: the first observation rendered once through the
 tokenizer's chat template, then, turn after turn, the ids the server sampled followed by the
-env's reply tokenized once (`gemkit.integrations.tokens`). Each request sends that context as
+env's reply tokenized once (`gemkit.integrations.episode_tokens`). Each request sends that context as
 a token-id prompt, so the model conditions on exactly the tokens it sampled before (no merges
 across turn boundaries, no chat-template drift), and each turn's `last_tokens` records the
 new prompt tokens, the sampled ids, their log-probs and the policy version.
@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gemkit.errors import GemkitError
-from gemkit.integrations.tokens import observation_text, prompt_ids, reply_ids
+from gemkit.integrations.episode_tokens import observation_text, prompt_ids, reply_ids
 from gemkit.llm.client import LLMClient, LLMError
 from gemkit.llm.sampled import (
     VLLM_COMPLETION_TOKEN_FIELDS,

@@ -1,10 +1,11 @@
 """A scripted OpenAI-protocol server on 127.0.0.1 for tests and examples: no model, no network.
 
-It speaks `POST /v1/chat/completions` and `GET /v1/models`, answers with replies taken from a
-queue or computed by a callable, counts tokens by a simple word count (and cuts a reply at
-the request's `max_tokens` words, with finish reason `length`), injects faults (429 with
-`Retry-After`, 500, slow replies, dropped connections) on chosen requests or with a seeded
-probability, and records every request it got.
+It speaks `POST /v1/chat/completions` (plain, or streamed as server-sent events with
+`stream=true`, chunk by chunk as the OpenAI API streams) and `GET /v1/models`, answers with
+replies taken from a queue or computed by a callable, counts tokens by a simple word count (and
+cuts a reply at the request's `max_tokens` words, with finish reason `length`), injects faults
+(429 with `Retry-After`, 500, slow replies, dropped connections) on chosen requests or with a
+seeded probability, and records every request it got.
 
     with ScriptedOpenAIServer(["Hello!"]) as srv:        # sync tests: a background thread
         client = LLMClient(base_url=srv.base_url, model="m")
@@ -315,11 +316,6 @@ class ScriptedOpenAIServer:
             return _error(
                 400, "request body must be a JSON object with a 'messages' list", "invalid_request"
             )
-        if body.get("stream"):
-            rec.outcome = "rejected"
-            return _error(
-                400, "the scripted server does not stream; send stream=false", "invalid_request"
-            )
         number, fault = self._pick_fault()
         rec.fault = fault.kind if fault else None
         if fault is not None and fault.kind == RATE_LIMIT:
@@ -349,7 +345,10 @@ class ScriptedOpenAIServer:
                 "script_exhausted",
             )
         rec.outcome = "answered"
-        return web.json_response(self._completion(number, body, replies))
+        completion = self._completion(number, body, replies)
+        if body.get("stream"):
+            return await _stream(request, completion, body.get("stream_options"))
+        return web.json_response(completion)
 
     async def _next_reply(self, body: dict[str, Any]) -> Reply:
         if self._fn is not None:
@@ -448,3 +447,70 @@ def _text_of(message: Mapping[str, Any]) -> str:
     if isinstance(content, list):  # OpenAI content parts
         content = " ".join(p.get("text", "") for p in content if isinstance(p, Mapping))
     return content if isinstance(content, str) else ""
+
+
+# -- streaming (server-sent events, as the OpenAI API sends `stream=true` answers) ------------
+
+_PIECE = re.compile(r"\s*\S+\s*|\s+")
+
+
+def text_pieces(text: str) -> list[str]:
+    """`text` cut into word-sized pieces (each with its spaces) that join back to it."""
+    return _PIECE.findall(text)
+
+
+def completion_chunks(
+    completion: Mapping[str, Any], *, include_usage: bool = False
+) -> list[dict[str, Any]]:
+    """A chat completion as the `chat.completion.chunk` objects an OpenAI stream sends.
+
+    Per choice: a first chunk with the role, the reasoning and the content word by word, each
+    tool call's id and name and then its arguments, and a last chunk with the finish reason;
+    with `include_usage`, a final chunk with no choices and the usage (`stream_options`).
+    """
+    head = {
+        "id": completion["id"],
+        "object": "chat.completion.chunk",
+        "created": completion["created"],
+        "model": completion["model"],
+    }
+
+    def chunk(index: int, delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        choice = {"index": index, "delta": delta, "finish_reason": finish}
+        return {**head, "choices": [choice]}
+
+    out = []
+    for choice in completion["choices"]:
+        i, message = choice["index"], choice["message"]
+        out.append(chunk(i, {"role": "assistant", "content": ""}))
+        for piece in text_pieces(message.get("reasoning_content") or ""):
+            out.append(chunk(i, {"reasoning_content": piece}))
+        for piece in text_pieces(message.get("content") or ""):
+            out.append(chunk(i, {"content": piece}))
+        for k, call in enumerate(message.get("tool_calls") or []):
+            fn = call["function"]
+            start = {"index": k, "id": call["id"], "type": "function"}
+            out.append(chunk(i, {"tool_calls": [{**start, "function": {"name": fn["name"]}}]}))
+            for piece in text_pieces(fn["arguments"]):
+                out.append(
+                    chunk(i, {"tool_calls": [{"index": k, "function": {"arguments": piece}}]})
+                )
+        out.append(chunk(i, {}, choice["finish_reason"]))
+    if include_usage:
+        out.append({**head, "choices": [], "usage": completion["usage"]})
+    return out
+
+
+async def _stream(
+    request: web.Request, completion: Mapping[str, Any], options: Any
+) -> web.StreamResponse:
+    include_usage = isinstance(options, Mapping) and bool(options.get("include_usage"))
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    for piece in completion_chunks(completion, include_usage=include_usage):
+        await response.write(f"data: {json.dumps(piece)}\n\n".encode())
+    await response.write(b"data: [DONE]\n\n")
+    await response.write_eof()
+    return response

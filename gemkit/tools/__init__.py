@@ -1,16 +1,20 @@
 """Tools: typed functions an agent can call, call parsing, and the wrapper that runs them.
 
-Names below are imported on first use, so `import gemkit.tools` stays cheap. Built-in tools
-are also reachable by name (`"python"`, `"search"`, `"access"`) through `resolve_tool`.
+The names listed in `__init__.pyi` are imported on first use, so `import gemkit.tools` stays
+cheap. Built-in tools are also reachable by name (`"python"`, `"search"`, `"access"`) through
+`resolve_tool`.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gemkit.tools.base import Tool, ToolError, ToolResult
+from gemkit._lazy import lazy_exports
+from gemkit.tools.base import Tool as Tool
+from gemkit.tools.base import ToolError as ToolError
+from gemkit.tools.base import ToolResult as ToolResult
 
 #: tool name -> "module:Class" built with no arguments; modules are imported on first use
 TOOL_NAMES: dict[str, str] = {
@@ -18,38 +22,6 @@ TOOL_NAMES: dict[str, str] = {
     "search": "gemkit.tools.search:SearchTool",
     "access": "gemkit.tools.search:AccessTool",
 }
-
-_EXPORTS: dict[str, str] = {
-    "FunctionTool": "gemkit.tools.function",
-    "tool": "gemkit.tools.function",
-    "ToolCall": "gemkit.tools.parsing",
-    "ParseError": "gemkit.tools.parsing",
-    "ParsedAction": "gemkit.tools.parsing",
-    "parse_action": "gemkit.tools.parsing",
-    "ToolEnvWrapper": "gemkit.tools.wrapper",
-    "wrap_with_tools": "gemkit.tools.wrapper",
-}
-
-__all__ = [
-    "TOOL_NAMES",
-    "FunctionTool",
-    "ParseError",
-    "ParsedAction",
-    "Tool",
-    "ToolCall",
-    "ToolEnvWrapper",
-    "ToolError",
-    "ToolResult",
-    "parse_action",
-    "resolve_tool",
-    "tool",
-    "wrap_with_tools",
-]
-
-if TYPE_CHECKING:  # pragma: no cover
-    from gemkit.tools.function import FunctionTool, tool
-    from gemkit.tools.parsing import ParsedAction, ParseError, ToolCall, parse_action
-    from gemkit.tools.wrapper import ToolEnvWrapper, wrap_with_tools
 
 
 def resolve_tool(name: str, **kwargs: Any) -> Tool:
@@ -74,14 +46,5 @@ def resolve_tool(name: str, **kwargs: Any) -> Tool:
     return cls(**kwargs)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'gemkit.tools' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__, _names = lazy_exports(__name__, __file__)
+__all__ = sorted({*_names, "TOOL_NAMES", "resolve_tool"})

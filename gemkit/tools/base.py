@@ -17,11 +17,23 @@ class ToolError(GemkitError):
 
 @dataclass
 class ToolResult:
-    """What a tool returns: text for the model, whether it is an error, and extra metadata."""
+    """What a tool returns: text for the model, whether it is an error, and extra metadata.
+
+    A result with `final=True` ends the episode: `ToolEnvWrapper` hands `answer` to the
+    inner env as the episode's final answer (as if the model had given it without a tool
+    call), and the env grades it. Build one with `ToolResult.final_answer(answer, text)`.
+    """
 
     text: str
     is_error: bool = False
     metadata: dict[str, Any] = field(default_factory=dict)
+    final: bool = False
+    answer: Any = None
+
+    @classmethod
+    def final_answer(cls, answer: Any, text: str = "Answer received.") -> ToolResult:
+        """A result that ends the episode with `answer` for the inner env to grade."""
+        return cls(text, final=True, answer=answer)
 
 
 class Tool:

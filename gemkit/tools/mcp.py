@@ -242,6 +242,7 @@ class MCPToolset:
     ):
         if (command is None) == (url is None):
             raise MCPError("an MCP toolset needs exactly one of command= (stdio) or url= (HTTP)")
+        _sdk()  # a missing extra is said here, at once, not as a handshake timeout later
         self.command, self.args = command, list(args)
         self.env, self.cwd = dict(env) if env else None, cwd
         self.url, self.headers = url, dict(headers) if headers else None
@@ -366,8 +367,9 @@ class MCPToolset:
 
     async def _own_session(self, ready: asyncio.Future[Any], stop: asyncio.Event) -> None:
         """Hold the transport and session open until `stop` is set (enter and exit here)."""
-        mcp = _sdk()
         try:
+            # inside the try: every failure, this one included, reaches the caller on `ready`
+            mcp = _sdk()
             async with AsyncExitStack() as stack:
                 streams = await stack.enter_async_context(self._transport())
                 session = await stack.enter_async_context(mcp.ClientSession(streams[0], streams[1]))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import json
 import logging
 import time
@@ -16,18 +17,18 @@ from typing import Any, ClassVar, TypeVar
 
 import gymnasium
 
-from gemkit.core import ResetResult, StepResult, Wrapper
+from gemkit.core import ResetResult, StepResult, Wrapper, areset_of, astep_of, clone_of
 from gemkit.errors import GemkitError
 from gemkit.tools.base import Tool, ToolError, ToolResult
-from gemkit.tools.function import result_to_text, tool
-from gemkit.tools.parsing import (
+from gemkit.tools.calls import (
     DEFAULT_FORMATS,
     FORMATS,
-    ParseError,
+    MalformedCall,
     ToolCall,
     parse_action,
     tag_field,
 )
+from gemkit.tools.function import result_to_text, tool
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,8 @@ class ToolEnvWrapper(Wrapper):
 
     #: a history wrapper right above may hand over message dicts instead of their text
     accepts_message_actions: ClassVar[bool] = True
+    #: once the inner env ends the episode, run no tool until reset (later actions go to it)
+    closed_after_end: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -193,6 +196,7 @@ class ToolEnvWrapper(Wrapper):
         self.tool_time = 0.0
         self._warnings = 0
         self._next_id = 0
+        self._over = False  # the inner env ended the episode: no tool runs until reset
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: set[asyncio.Task[Any]] = set()
 
@@ -237,12 +241,24 @@ class ToolEnvWrapper(Wrapper):
 
     # -- the episode -------------------------------------------------------------------------
 
+    def episode_tools(self, info: dict[str, Any]) -> Sequence[Tool] | None:
+        """The tools of the episode just reset (`info` is its reset info); None keeps them.
+
+        A wrapper whose tools differ per episode (each task lists its own) overrides this;
+        the instructions and schemas of the first observation then list those tools.
+        """
+        return None
+
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> ResetResult:
         """Reset the env and every tool; add the tool instructions to the first observation."""
         await self._load_toolsets()
-        obs, info = await self.env.areset(seed=seed, options=options)
+        obs, info = await areset_of(self.env, seed=seed, options=options)
+        chosen = self.episode_tools(info)
+        if chosen is not None and [id(t) for t in chosen] != [id(t) for t in self.tools]:
+            self.tools, self._by_name = [], {}
+            self._add_tools(chosen)
         for t in self.tools:
             try:
                 await t.reset()
@@ -252,6 +268,7 @@ class ToolEnvWrapper(Wrapper):
         self.tool_time = 0.0
         self._warnings = 0
         self._next_id = 0
+        self._over = False
         if self.instructions and _is_chat(obs):
             # a chat history below the tools would drop the instructions and every call
             raise ToolError(
@@ -265,15 +282,33 @@ class ToolEnvWrapper(Wrapper):
         return obs, info
 
     async def astep(self, action: Any) -> StepResult:
-        """Run the tool calls in `action`, or pass a final answer to the inner env."""
+        """Run the tool calls in `action`, or pass a final answer to the inner env.
+
+        A tool result made with `ToolResult.final_answer` is a final answer too: the inner env
+        grades it and its reply follows the tool results. With `closed_after_end`, once the
+        inner env has ended the episode no tool runs: every later action goes to the inner
+        env, which answers that the episode is over.
+        """
+        if self._over:
+            return self._counted(await astep_of(self.env, _text_of(action)))
         parsed = parse_action(action, self._by_name, self.formats)
         if not parsed.has_calls:
-            obs, reward, terminated, truncated, info = await self.env.astep(parsed.answer or "")
-            info = {**info, "tool_calls": 0, "tool_uses": self.tool_uses}
-            return obs, reward, terminated, truncated, info
+            result = await astep_of(self.env, parsed.answer or "")
+            self._over = self.closed_after_end and bool(result[2] or result[3])
+            return self._counted(result)
         return await self._run(parsed.items)
 
-    async def _run(self, items: list[ToolCall | ParseError]) -> StepResult:
+    def _counted(self, result: StepResult) -> StepResult:
+        obs, reward, terminated, truncated, info = result
+        return (
+            obs,
+            reward,
+            terminated,
+            truncated,
+            {**info, "tool_calls": 0, "tool_uses": self.tool_uses},
+        )
+
+    async def _run(self, items: list[ToolCall | MalformedCall]) -> StepResult:
         results: list[ToolResult | None] = [None] * len(items)
         ids = []
         for item in items:
@@ -292,7 +327,7 @@ class ToolEnvWrapper(Wrapper):
                 )
                 continue
             self.tool_uses += 1
-            if isinstance(item, ParseError):
+            if isinstance(item, MalformedCall):
                 results[i] = ToolResult(
                     f"Error: {item.message}", is_error=True, metadata={"kind": item.kind}
                 )
@@ -335,6 +370,18 @@ class ToolEnvWrapper(Wrapper):
         }
         if truncated:
             info["tool_limit_exceeded"] = True
+        final = next((r for r in reversed(done) if r.final and not r.is_error), None)
+        if final is not None:
+            # a tool ended the episode: the inner env grades its answer, as a final answer
+            fobs, freward, fterm, ftrunc, finfo = await astep_of(self.env, final.answer)
+            self._over = self.closed_after_end and bool(fterm or ftrunc)
+            return (
+                f"{obs}\n\n{fobs}",
+                float(reward) + float(freward),
+                fterm,
+                ftrunc,
+                {**info, **finfo},
+            )
         return obs, float(reward), False, truncated, info
 
     async def _call_all(self, calls: list[ToolCall]) -> list[ToolResult]:
@@ -390,16 +437,16 @@ class ToolEnvWrapper(Wrapper):
         result = result_to_text(result)
         if self.max_result_chars is not None and len(result.text) > self.max_result_chars:
             cut = len(result.text) - self.max_result_chars
-            result = ToolResult(
-                result.text[: self.max_result_chars] + f"\n[... {cut} more characters cut]",
-                result.is_error,
-                {**result.metadata, "cut": cut},
+            result = dataclasses.replace(
+                result,
+                text=result.text[: self.max_result_chars] + f"\n[... {cut} more characters cut]",
+                metadata={**result.metadata, "cut": cut},
             )
         return result
 
     def _render(
         self,
-        items: list[ToolCall | ParseError],
+        items: list[ToolCall | MalformedCall],
         ids: list[str],
         results: list[ToolResult],
         truncated: bool,
@@ -512,7 +559,7 @@ class ToolEnvWrapper(Wrapper):
         wrappers above it do in their `clone`) calls this.
         """
         new = copy.copy(self)
-        new.env = self.env.clone()
+        new.env = clone_of(self.env)
         new.tools, new._by_name = [], {}
         new._add_tools(clone_tool(t) for t in self.tools)
         new.toolsets = list(self.toolsets)
@@ -524,6 +571,14 @@ class ToolEnvWrapper(Wrapper):
     def __deepcopy__(self, memo: dict[int, Any]) -> ToolEnvWrapper:
         # wrappers stacked above clone by deep-copying the stack: give them `clone` semantics
         return self.clone()
+
+
+def _text_of(action: Any) -> str:
+    """The text of an action: the string, or an assistant message's content."""
+    if isinstance(action, dict):
+        content = action.get("content")
+        return content if isinstance(content, str) else ""
+    return action if isinstance(action, str) else str(action)
 
 
 def _is_chat(obs: Any) -> bool:
@@ -583,12 +638,8 @@ def wrap_with_tools(
         ]
     toolsets = []
     if mcp:
-        try:
-            from gemkit.tools.mcp import MCPToolset
-        except ImportError as e:
-            raise ToolError(
-                f"MCP tools need the `mcp` extra (pip install 'gemkit[mcp]'): {e}"
-            ) from e
+        from gemkit.tools.mcp import MCPToolset  # names the extra at once when mcp is missing
+
         specs = (
             mcp
             if isinstance(mcp, list) and mcp and not all(isinstance(x, str) for x in mcp)

@@ -13,7 +13,7 @@ Endpoints (JSON; every error a one-line `{"error"}` with a 4xx):
 
 Sampling is from the full distribution at `temperature` (no top-k, no top-p), and each
 log-prob is the sampled token's under that distribution: what the trainer's
-`gemkit.train.tokens.token_logprobs` computes for the same weights, so importance ratios
+`gemkit.train.sequences.token_logprobs` computes for the same weights, so importance ratios
 are exact. Concurrent requests are batched (up to `max_batch` rows per forward pass).
 Generation and weight updates run one at a time on one worker thread, so a request is
 sampled wholly by one version of the weights, and each answer says which

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from gemkit.train.tokens import pack, policy_loss, token_logprobs
+from gemkit.train.sequences import pack, policy_loss, token_logprobs
 
 
 class UpdateArgs(Protocol):

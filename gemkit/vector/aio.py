@@ -7,7 +7,7 @@ import gc
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from gemkit.core import inner_runs_sync
+from gemkit.core import areset_of, astep_of, inner_runs_sync
 from gemkit.errors import VectorEnvError
 from gemkit.vector.base import SlotGen, VectorEnv, drive_sync
 
@@ -127,12 +127,12 @@ class AsyncVectorEnv(VectorEnv):
                             if sync_step:
                                 out = env.step(request[1])
                             else:
-                                call = env.astep(request[1])
+                                call = astep_of(env, request[1])
                                 out = await (call if sem is None else _bounded(call, sem))
                         elif sync_reset:
                             out = env.reset(seed=request[1], options=request[2])
                         else:
-                            call = env.areset(seed=request[1], options=request[2])
+                            call = areset_of(env, seed=request[1], options=request[2])
                             out = await (call if sem is None else _bounded(call, sem))
                     except Exception as e:  # noqa: BLE001 - handed to the slot
                         request = gen.throw(e)

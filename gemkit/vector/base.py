@@ -8,7 +8,7 @@ batched actor call there). The semantics therefore live in one place.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +25,8 @@ SlotGen = Generator[Request, Any, Any]
 
 @dataclass
 class VectorStep:
-    """The result of one vector step, unpackable as `obs, rewards, terminated, truncated, infos`."""
+    """The result of one vector step: gymnasium's 5-tuple `obs, rewards, terminated, truncated,
+    infos`, which unpacks and indexes like a tuple (`out[1]` is the rewards), with names."""
 
     observations: list[str]
     rewards: np.ndarray
@@ -33,12 +34,30 @@ class VectorStep:
     truncated: np.ndarray
     infos: list[dict[str, Any]]
 
-    def __iter__(self):
-        return iter((self.observations, self.rewards, self.terminated, self.truncated, self.infos))
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.observations, self.rewards, self.terminated, self.truncated, self.infos)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._fields())
+
+    def __getitem__(self, index: int | slice) -> Any:
+        return self._fields()[index]
+
+    def __len__(self) -> int:
+        return 5
 
 
 def _error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
+
+
+def all_failed_message(errors: Mapping[int, str], num_envs: int, *, shown: int = 8) -> str:
+    """The message of a reset in which every slot failed: each slot's error (the first few)."""
+    which = "every env" if len(errors) == num_envs else f"every one of the {len(errors)} envs"
+    lines = [f"env {i}: {text}" for i, text in sorted(errors.items())[:shown]]
+    if len(errors) > shown:
+        lines.append(f"... and {len(errors) - shown} more")
+    return f"{which} failed to reset:\n  " + "\n  ".join(lines)
 
 
 class VectorEnv:
@@ -52,7 +71,8 @@ class VectorEnv:
       the step that ended it; `info["final_obs"]` and `info["final_info"]` keep the last ones.
       `disabled`: the slot stays done until `reset(indices=[i])`; stepping it reports an error.
     - An env that raises marks only its own slot: `info["error"]`, `truncated=True`, and it is
-      reset like any finished episode.
+      reset like any finished episode. A `reset()` in which every slot asked fails raises
+      `VectorEnvError` with each slot's error: there is no observation to return.
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], *, autoreset_mode: str = "next_step"):
@@ -167,6 +187,10 @@ class VectorEnv:
         infos: list[dict[str, Any]] = [{"skipped": True} for _ in range(self.num_envs)]
         for i, (_, info) in results.items():
             infos[i] = info
+        failed = {i: info.get("error", "") for i, (_, info) in results.items() if self._done[i]}
+        if results and len(failed) == len(results):
+            # no slot has a first observation: an empty batch would pass for one, so say why
+            raise VectorEnvError(all_failed_message(failed, self.num_envs))
         return list(self._last_obs), infos
 
     # -- how a vector carries out the slots' requests ---------------------------------------

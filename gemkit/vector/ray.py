@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
+from gemkit.core import areset_of, astep_of, inner_runs_sync
 from gemkit.errors import VectorEnvError
 from gemkit.executor import ensure_ray
 from gemkit.vector.aio import new_event_loop
@@ -30,9 +31,7 @@ class _EnvGroup:
 
     def __init__(self, env_fns: dict[int, Callable[[], Any]]):
         self.envs = {i: fn() for i, fn in env_fns.items()}
-        self.sync = {
-            i: bool(getattr(e, "runs_sync", lambda: False)()) for i, e in self.envs.items()
-        }
+        self.sync = {i: inner_runs_sync(e) for i, e in self.envs.items()}
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def ready(self) -> bool:
@@ -89,8 +88,8 @@ async def _answer_all(envs: dict[int, Any], requests: dict[int, Request]) -> lis
 async def _answer_async(env: Any, req: Request) -> Answer:
     try:
         if req[0] == "step":
-            return True, await env.astep(req[1])
-        return True, await env.areset(seed=req[1], options=req[2])
+            return True, await astep_of(env, req[1])
+        return True, await areset_of(env, seed=req[1], options=req[2])
     except Exception as e:  # noqa: BLE001 - handed to the slot
         return False, _portable(e)
 

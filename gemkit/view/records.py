@@ -1,10 +1,13 @@
 """Record readers: what each gemkit output file holds, as the viewer shows it.
 
 One reader per record kind (`read_episode`, `read_qa`, `read_task`, `read_turn_rows`) turns a
-raw record (a JSONL line, or a row of a `datasets` export, whose nested fields are JSON text)
-into a plain dict for a page, and one `*_columns` function per kind gives the few values the
-list filters and sorts on. Readers take what they know and keep the rest under `extra`:
-unknown fields are shown, never an error; a missing field is shown as missing.
+raw record (a JSONL line, or a row of a `datasets` export) into a plain dict for a page, and
+one `*_columns` function per kind gives the few values the list filters and sorts on. The
+kinds are the models of `gemkit.records`: a dataset row is first given back its JSONL shape
+(`Kind.arrow`, which decodes the model's JSON-text fields; an export of an older gemkit kept
+every nested field as JSON text, which the readers decode too). Readers take what they know
+and keep the rest under `extra`: unknown fields are shown, never an error; a missing field
+is shown as missing. The viewer shows a damaged or foreign record; it does not refuse it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,12 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from gemkit.records.base import RecordError
+from gemkit.records.episodes import EpisodeRecord
+from gemkit.records.export import decode_json_fields
+from gemkit.records.qa import QARecord
+from gemkit.records.tasks import TaskRecord
 
 # -- the list's columns ---------------------------------------------------------------------
 
@@ -39,6 +48,23 @@ class Kind:
     columns_of: Callable[[Mapping[str, Any]], dict[str, Any]]
     preview: Callable[[Mapping[str, Any]], str]
     read: Callable[[Mapping[str, Any]], dict[str, Any]]
+    #: a `datasets` row back in its JSONL shape (the record model's JSON-text fields decoded)
+    arrow: Callable[[Mapping[str, Any]], dict[str, Any]] = dict
+
+
+def _arrow_of(model: type[Any]) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    fields = set(model.model_fields)
+
+    def decode(row: Mapping[str, Any]) -> dict[str, Any]:
+        data = decode_json_fields(model, row)
+        if not fields <= data.keys():  # the few columns a list scan reads
+            return data
+        try:  # a whole row of our export: exactly its JSONL line (Arrow fills absent keys)
+            return model.parse(data).to_json()
+        except RecordError:  # another writer's dataset: shown as it is
+            return data
+
+    return decode
 
 
 def _num(value: Any) -> float | None:
@@ -91,10 +117,7 @@ def shorten(text: str, limit: int = 160) -> str:
 
 _THINK = re.compile(r"<think>(.*?)</think>", re.S)
 #: episode fields the reader shows in its own sections (the others go to `extra`)
-_EPISODE_FIELDS = {
-    "key", "index", "env_id", "seed", "turns", "error", "total_reward", "success",
-    "num_turns", "tool_calls", "tokens", "token_sources",
-}  # fmt: skip
+_EPISODE_FIELDS = set(EpisodeRecord.model_fields)
 #: info fields the turn view shows in its own sections
 _TURN_INFO = {
     "tool_calls", "tool_results", "parsed_calls", "context_edits", "context_warnings",
@@ -338,6 +361,7 @@ def read_turn_rows(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 _QA_FIELDS = {
     "id", "question", "answer", "answer_aliases", "supporting_facts", "edits", "n_inject",
     "n_fuzz", "verification", "seed", "rejected_stage", "reason", "rejected_edits", "k",
+    "schema_version",
 }  # fmt: skip
 #: the verification stages, in the order they run
 STAGES = ("quality", "difficulty", "uniqueness")
@@ -421,7 +445,7 @@ def read_qa(raw: Mapping[str, Any]) -> dict[str, Any]:
 _TASK_FIELDS = {
     "id", "category", "level", "database", "tools", "task", "constraints", "verifier",
     "solution", "reference_answer", "stats", "history", "seed", "reason", "prompt",
-    "answer_format", "spec",
+    "answer_format", "spec", "schema_version",
 }  # fmt: skip
 
 
@@ -509,6 +533,7 @@ KINDS: dict[str, Kind] = {
         episode_columns,
         episode_preview,
         read_episode,
+        _arrow_of(EpisodeRecord),
     ),
     "turns": Kind(
         "turns",
@@ -542,6 +567,7 @@ KINDS: dict[str, Kind] = {
         qa_columns,
         qa_preview,
         read_qa,
+        _arrow_of(QARecord),
     ),
     "tasks": Kind(
         "tasks",
@@ -559,6 +585,7 @@ KINDS: dict[str, Kind] = {
         task_columns,
         task_preview,
         read_task,
+        _arrow_of(TaskRecord),
     ),
 }
 

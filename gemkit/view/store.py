@@ -499,7 +499,12 @@ class Collection:
                     if rec.raw is not None:
                         self.parsed += 1
                         try:
-                            values = self.kind.columns_of(rec.raw)
+                            raw = (
+                                self.kind.arrow(rec.raw)
+                                if isinstance(source, ArrowSource)
+                                else rec.raw
+                            )
+                            values = self.kind.columns_of(raw)
                         except Exception as e:  # noqa: BLE001 - a reader bug must not hide the file
                             rec.error = f"line {rec.line}: cannot be read ({type(e).__name__})"
                     self.index.add(i, rec, values)
@@ -517,7 +522,7 @@ class Collection:
             pos, size, line = self.index.pos[row], self.index.size[row], self.index.line[row]
         self.reads += 1
         if isinstance(source, ArrowSource):
-            return source.row(pos), None
+            return self.kind.arrow(source.row(pos)), None
         if size > MAX_RECORD_BYTES:
             return None, too_large(size, line)
         try:
@@ -756,8 +761,9 @@ class Catalog:
 
 #: kept records first, then the others, rejected ones and failed episodes last
 ROLE_ORDER = {"kept": 0, "": 1, "rejected": 2, "errors": 3}
-#: files shown beside the records of their folder
-SIDE_FILES = ("summary.json", "run.json", "progress.log")
+#: files shown beside the records of their folder: figures, the run's manifest, logs, and the
+#: work items a model server failed (`synth qa`'s failed.jsonl, run again on resume)
+SIDE_FILES = ("summary.json", "run.json", "progress.log", "failed.jsonl")
 
 
 def _first_keys(path: Path) -> list[str] | None:

@@ -32,9 +32,16 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from gemkit.core import ResetResult, StepResult, Wrapper, inner_runs_sync
+from gemkit.core import (
+    ResetResult,
+    StepResult,
+    Wrapper,
+    areset_of,
+    astep_of,
+    inner_runs_sync,
+)
 from gemkit.errors import GemkitError
-from gemkit.llm.tokens import TokenCounter, as_counter
+from gemkit.llm.token_counters import TokenCounter, as_counter
 from gemkit.wrappers.history import ChatHistory
 
 log = logging.getLogger(__name__)
@@ -282,7 +289,7 @@ class ContextWrapper(Wrapper):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> ResetResult:
         """Async twin of `reset`."""
-        _, info = await self.env.areset(seed=seed, options=options)
+        _, info = await areset_of(self.env, seed=seed, options=options)
         self.steps, self.edits, self.warnings = 0, [], []
         before = list(self.history.messages)
         return self._commit(await self.aplan(before), before, info)
@@ -299,7 +306,7 @@ class ContextWrapper(Wrapper):
 
     async def astep(self, action: Any) -> StepResult:
         """Async twin of `step`."""
-        _, reward, terminated, truncated, info = await self.env.astep(action)
+        _, reward, terminated, truncated, info = await astep_of(self.env, action)
         self.steps += 1
         before = list(self.history.messages)
         skip = self._skip(terminated, truncated)

@@ -17,9 +17,17 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from gemkit.core import ObservationWrapper, ResetResult, StepResult, Wrapper, inner_runs_sync
+from gemkit.core import (
+    ObservationWrapper,
+    ResetResult,
+    StepResult,
+    Wrapper,
+    areset_of,
+    astep_of,
+    inner_runs_sync,
+)
 from gemkit.errors import GemkitError
-from gemkit.llm.tokens import TokenCounter, as_counter
+from gemkit.llm.token_counters import TokenCounter, as_counter
 
 _TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 OMITTED = "[... earlier history omitted ...]"
@@ -170,7 +178,7 @@ class _History(Wrapper):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> ResetResult:
         """Async twin of `reset`."""
-        obs, info = await self.env.areset(seed=seed, options=options)
+        obs, info = await areset_of(self.env, seed=seed, options=options)
         return self._start(obs), info
 
     def step(self, action: Any) -> StepResult:
@@ -180,7 +188,9 @@ class _History(Wrapper):
 
     async def astep(self, action: Any) -> StepResult:
         """Async twin of `step`."""
-        obs, reward, terminated, truncated, info = await self.env.astep(self._env_action(action))
+        obs, reward, terminated, truncated, info = await astep_of(
+            self.env, self._env_action(action)
+        )
         return self._extend(action, obs, info), reward, terminated, truncated, info
 
     def runs_sync(self, method: str | None = None) -> bool:

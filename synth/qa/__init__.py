@@ -3,24 +3,11 @@
     from gemkit.synth.qa import RunConfig, run
     stats = run("out/", RunConfig(n=100, world_size=10_000, seed=0))
 
-See docs/synth-qa.md for the record format and the three verification stages.
+See docs/synth-qa.md for the record format and the three verification stages. The names
+listed in `__init__.pyi` load on first use, so registering `qa:Synth-v0`
+(`gemkit.synth.qa.builtin_set`) imports none of the synthesis machinery.
 """
 
-from gemkit.synth.qa.agent import AgentConfig, QAState, RuleAgent, make_seed
-from gemkit.synth.qa.logic import FactIndex, question_text
-from gemkit.synth.qa.run import RunConfig, RunStats, Synthesizer, export_dataset, read_records, run
+from gemkit._lazy import lazy_exports
 
-__all__ = [
-    "AgentConfig",
-    "FactIndex",
-    "QAState",
-    "RuleAgent",
-    "RunConfig",
-    "RunStats",
-    "Synthesizer",
-    "export_dataset",
-    "make_seed",
-    "question_text",
-    "read_records",
-    "run",
-]
+__getattr__, __dir__, __all__ = lazy_exports(__name__, __file__)

@@ -24,15 +24,16 @@ from gemkit.synth.qa.logic import (
     literal_node,
     node_text,
     query_node,
-    question_text,
     replace,
     walk,
 )
+from gemkit.synth.qa.realize import realize
 from gemkit.synth.qa.solver import ClosedBook, ToolSolver, grade
 from gemkit.synth.qa.verify import (
     MAX_CHARS,
     check_form,
     check_quality,
+    check_shortcut,
     check_text,
     check_uniqueness,
 )
@@ -97,6 +98,8 @@ class QAState(EditCounts):
     edits: list[dict[str, Any]] = field(default_factory=list)
     rejected: list[dict[str, Any]] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)  # every entity the question has named
+    style: int = 0  # the realizer's seed: one wording per question, stable across edits
+    construction: str = "which"  # the frame the question is written in ("model": a model's)
 
     def __post_init__(self) -> None:
         self.seen |= entity_ids(self.lf) | {self.answer_id}
@@ -200,12 +203,50 @@ def make_seed(
             continue
         if len(where) > 4:
             continue
+        where, support = minimal_clauses(t, where, support, eid, index)
+        lf = query_node(t, where)
         e = world.entities[eid]
-        q = question_text(lf, refs)
+        style = int(rng.integers(2**31))
+        q, construction = realize(lf, refs, style)
         if not check_form(q, e.aliases)["passed"]:
             continue
-        return QAState(q, eid, e.name, e.aliases, lf, support, {"question": q, "answer": e.name})
+        return QAState(
+            q,
+            eid,
+            e.name,
+            e.aliases,
+            lf,
+            support,
+            {"question": q, "answer": e.name},
+            style=style,
+            construction=construction,
+        )
     return None
+
+
+def minimal_clauses(
+    type_: str,
+    where: list[dict[str, Any]],
+    support: list[dict[str, Any]],
+    answer_id: str,
+    index: FactIndex,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The seed's clauses with every one the answer does not need dropped (and its fact).
+
+    A seed clause the others make redundant survives the edits as a top-level shortcut: once
+    its sibling is injected into a chain, the redundant clause alone still names the answer.
+    One named entity and one year or number are always kept, so the seed can grow both ways.
+    """
+    keep = list(range(len(where)))
+    for i in reversed(range(len(where))):
+        rest = [j for j in keep if j != i]
+        if not any(where[j]["value"]["kind"] == "entity" for j in rest):
+            continue
+        if not any(RELATIONS[where[j]["rel"]].obj in (YEAR, NUMBER) for j in rest):
+            continue
+        if index.evaluate(query_node(type_, [where[j] for j in rest])) == {answer_id}:
+            keep = rest
+    return [where[j] for j in keep], [support[j] for j in keep]
 
 
 class RuleAgent:
@@ -280,14 +321,14 @@ class RuleAgent:
 
     # -- applying -------------------------------------------------------------------------------
 
-    def render(self, lf: Node) -> str:
-        """The question text of a form."""
-        return question_text(lf, self.refs)
+    def render(self, lf: Node, style: int = 0) -> tuple[str, str]:
+        """The question text of a form, and the construction it is written in."""
+        return realize(lf, self.refs, style)
 
     def try_edit(self, state: QAState, cand: Candidate, question: str | None = None) -> bool:
         """Check one candidate (form + uniqueness) and apply it to `state` when it passes."""
         new_lf = replace(state.lf, cand.path, cand.new)
-        q = question or self.render(new_lf)
+        q, construction = (question, "model") if question else self.render(new_lf, state.style)
         holder_rel = self._holder_rel(state.lf, cand.path)
         before = node_text(get(state.lf, cand.path), holder_rel, self.refs)
         after = node_text(cand.new, holder_rel, self.refs)
@@ -319,6 +360,7 @@ class RuleAgent:
             return False
         state.lf = new_lf
         state.question = q
+        state.construction = construction
         state.seen |= entity_ids(new_lf)
         state.support.extend(new_support)
         state.edits.append({**entry, "question": q})
@@ -354,6 +396,9 @@ class RuleAgent:
                 done = any(self.try_edit(state, c) for c in cands[: cfg.tries_per_step])
             if not done:
                 stuck.add(op)
+            elif stuck:
+                # the form changed: an edit kind that found no candidate before may find one now
+                stuck.clear()
         return state
 
 
@@ -399,7 +444,7 @@ async def verify_state(
     rng: np.random.Generator,
     max_chars: int = MAX_CHARS,
 ) -> dict[str, Any]:
-    """All three stages on the final question, in order; later stages run even if one fails."""
+    """Every stage on the final question, in order; later stages run even if one fails."""
     quality = check_quality(
         state.question,
         state.answer_id,
@@ -412,5 +457,16 @@ async def verify_state(
         refs=world_refs(world),
     )
     diff = await difficulty(state, world, closed_book, solver, rng)
-    uniq = check_uniqueness(state.lf, state.answer_id, FactIndex.of_world(world))
-    return {"quality": quality, "difficulty": diff, "uniqueness": uniq}
+    index = FactIndex.of_world(world)
+    uniq = check_uniqueness(state.lf, state.answer_id, index)
+    hit = await one_search_answers(solver.search, state.question, state.aliases)
+    short = check_shortcut(state.lf, index, diff["tool_calls"], one_search_hit=hit)
+    return {"quality": quality, "difficulty": diff, "uniqueness": uniq, "shortcut": short}
+
+
+async def one_search_answers(search: SearchTool, question: str, aliases: list[str]) -> bool:
+    """Whether searching the question's own text returns the answer's article first: a
+    policy that searches once and answers with the top title would need no hop at all."""
+    result = await search.call(SearchArgs(query=question, topk=1))
+    docs = result.metadata.get("docs") or []
+    return bool(docs) and grade(str(docs[0].get("title") or ""), aliases)

@@ -98,13 +98,16 @@ def _round_up(v: int) -> int:
     return r
 
 
-def fuzz_number(node: Node, unit: str, rng: np.random.Generator) -> Node | None:
-    """Blur a number: 43,817 -> 'more than 40,000' / 'fewer than 50,000' / 'between 40,000 and 50,000'."""
+def fuzz_number(
+    node: Node, unit: str, rng: np.random.Generator, mode: int | None = None
+) -> Node | None:
+    """Blur a number: 43,817 -> 'more than 40,000' / 'fewer than 50,000' / 'between 40,000 and
+    50,000' (`mode` 0, 1, 2; drawn from `rng` when None)."""
     few = "fewer" if unit else "less"
     if node["kind"] == "literal":
         v = int(node["value"])
         lo, hi = _round_down(v), _round_up(v)
-        mode = int(rng.integers(3))
+        mode = int(rng.integers(3)) if mode is None else mode
         if mode == 0 and lo > 0:
             return range_node(lo + 1, None, f"more than {format_number(lo)}")
         if mode == 1:
@@ -153,9 +156,14 @@ def fuzz_candidates(lf: Node, world: World, rng: np.random.Generator,
             if new is not None:
                 out.append(Candidate("fuzz", path, new, description=f"blur the year to {new['text']!r}"))
         elif obj == NUMBER and node["kind"] in ("literal", "range"):
-            new = fuzz_number(node, RELATIONS[holder["rel"]].unit, rng)
-            if new is not None:
-                out.append(Candidate("fuzz", path, new, description=f"blur the number to {new['text']!r}"))
+            # an exact number can be blurred three ways; the tightest may keep the answer unique
+            # where the others do not
+            modes = [int(rng.integers(3)), 2] if node["kind"] == "literal" else [None]
+            for mode in dict.fromkeys(modes):
+                new = fuzz_number(node, RELATIONS[holder["rel"]].unit, rng, mode)
+                if new is not None:
+                    out.append(Candidate("fuzz", path, new,
+                                         description=f"blur the number to {new['text']!r}"))
         elif node["kind"] == "entity":
             rel = FUZZ_RELATION.get(node["type"])
             if rel is None:

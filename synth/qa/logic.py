@@ -114,6 +114,25 @@ def depth(node: Node) -> int:
     return 1 + max((depth(c["value"]) for c in node["where"]), default=0)
 
 
+def truncate(node: Node, hops: int) -> Node:
+    """The strongest sub-question of at most `hops` hops: every clause nested deeper is dropped.
+
+    Every other sub-question of that many hops keeps a subset of its clauses, and dropping a
+    clause can only let more entities fit, so if this one does not pin the answer down, none
+    with as few hops does (`check_shortcut` needs one evaluation, not one per subset).
+    """
+    if node["kind"] != "query":
+        return node
+    where = []
+    for c in node["where"]:
+        v = c["value"]
+        if v["kind"] != "query":
+            where.append(c)
+        elif hops > 1:
+            where.append({**c, "value": truncate(v, hops - 1)})
+    return {**node, "where": where}
+
+
 # -- evaluation ---------------------------------------------------------------------------------
 
 
@@ -128,6 +147,7 @@ class FactIndex:
         self.subjects: dict[tuple[str, Any], set[str]] = defaultdict(set)
         self.objects: dict[tuple[str, str], set[Any]] = defaultdict(set)
         self.pairs: dict[str, list[tuple[str, Any]]] = defaultdict(list)
+        self._linked_cache: dict[tuple[str, str, str], set[str]] = {}
         for s, r, o in triples:
             self.subjects[(r, o)].add(s)
             self.objects[(s, r)].add(o)
@@ -159,6 +179,19 @@ class FactIndex:
         pool = self.by_type.get(node["type"], set())
         return set(pool) if found is None else found & pool
 
+    def _linked(self, rel: str, direction: str, type_: str) -> set[str]:
+        """Entities with some `rel` link to an entity of `type_` (a truncated sub-question's
+        "founded by someone"), built once per relation: expanding every person would cost a
+        lookup per person each time."""
+        key = (rel, direction, type_)
+        cache = self._linked_cache
+        if key not in cache:
+            if direction == "out":
+                cache[key] = {s for s, o in self.pairs.get(rel, ()) if self.types.get(o) == type_}
+            else:
+                cache[key] = {o for s, o in self.pairs.get(rel, ()) if self.types.get(s) == type_}
+        return cache[key]
+
     def _match(self, c: dict[str, Any], within: set[str] | None = None) -> set[str]:
         rel, v = c["rel"], c["value"]
         kind = v["kind"]
@@ -171,6 +204,8 @@ class FactIndex:
                         if (lo is None or o >= lo) and (hi is None or o <= hi)}
             return {s for s, o in self.pairs.get(rel, ())
                     if (lo is None or o >= lo) and (hi is None or o <= hi)}
+        if kind == "query" and not v["where"]:
+            return self._linked(rel, c["dir"], v["type"])
         values = self.evaluate(v)
         out: set[str] = set()
         if c["dir"] == "out":

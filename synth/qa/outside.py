@@ -13,7 +13,9 @@ for the offline agent, and every judgement is recorded:
 - difficulty: k closed-book samples of the model must all miss; the model with the `search`
   and `access` tools must find the answer (its tool calls are the hardness figure);
 - uniqueness: each distinct wrong answer from those attempts is checked against the
-  supporting facts by the model; if one also fits, the question is ambiguous.
+  supporting facts by the model; if one also fits, the question is ambiguous;
+- shortcut: the model with tools needed at least one call per injection (hop); without a
+  fact store, shallower sub-questions cannot be evaluated here.
 """
 
 from __future__ import annotations
@@ -262,7 +264,7 @@ class OutsideAgent:
         return None, calls
 
     async def verify(self, state: OutsideState) -> dict[str, Any]:
-        """The three stages for an outside-corpus question (see the module docstring)."""
+        """The four stages for an outside-corpus question (see the module docstring)."""
         facts = "\n".join(f"- {s['text']}" for s in state.support)
         quality = check_form(state.question, state.aliases, self.config.max_chars)
         ungrounded = [s["doc_id"] for s in state.support
@@ -303,4 +305,12 @@ class OutsideAgent:
                 fitting.append(candidate)
         uniqueness = {"passed": not fitting, "candidates": 1 + len(fitting), "checked": wrong,
                       "also_fit": fitting, "reason": f"{fitting[0]!r} also fits" if fitting else ""}
-        return {"quality": quality, "difficulty": difficulty, "uniqueness": uniqueness}
+        # No fact store to evaluate shallower sub-questions over: what can be checked is that
+        # the model with tools needed a call per hop (each injection is one hop to look up).
+        hops = max(1, state.n_inject)
+        short = tool_calls >= hops
+        shortcut = {"passed": short, "hops": hops, "min_tool_calls": tool_calls,
+                    "reason": "" if short else f"the model with search needed {tool_calls} "
+                                               f"call{'s' * (tool_calls != 1)} for {hops} hops"}
+        return {"quality": quality, "difficulty": difficulty, "uniqueness": uniqueness,
+                "shortcut": shortcut}

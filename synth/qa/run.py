@@ -1,12 +1,14 @@
 """Resumable QA synthesis runs: work item k comes from (seed, k); records are appended as they
 are made, so a killed run restarts where it stopped with no duplicate and no lost record.
 
-Layout of a run folder:
+Layout of a run folder (a run-store folder, `gemkit.runstore`):
 
     DIR/run.json        the settings (a resumed run must use the same ones)
     DIR/corpus.jsonl    the corpus the records cite
     DIR/qa.jsonl        kept records, one JSON object per line (append + fsync per record)
     DIR/rejected.jsonl  rejected work items with the stage that rejected them
+    DIR/failed.jsonl    work items the model server failed (down, timing out): run again on
+                        resume; `MAX_FAILURES` in a row stop the run
     DIR/dataset/        a Hugging Face `datasets` folder of qa.jsonl, written at the end
 """
 
@@ -14,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import multiprocessing as mp
 import os
@@ -28,6 +29,17 @@ from typing import Any
 import numpy as np
 
 from gemkit.errors import GemkitError
+from gemkit.records.base import RecordError
+from gemkit.records.qa import QARecord
+from gemkit.runstore import (
+    MAX_FAILURES,
+    RecordFile,
+    RunStore,
+    RunStoreError,
+    is_storage_error,
+    read_lines,
+    storage_error,
+)
 from gemkit.synth.qa.agent import (
     AgentConfig,
     QAState,
@@ -38,11 +50,12 @@ from gemkit.synth.qa.agent import (
 )
 from gemkit.synth.qa.logic import FactIndex
 from gemkit.synth.qa.solver import ClosedBook, ToolSolver
+from gemkit.synth.qa.verify import STAGES as VERIFY_STAGES
 from gemkit.synth.world import World, build_world
 
 logger = logging.getLogger(__name__)
 
-STAGES = ("seed", "edits", "quality", "difficulty", "uniqueness")
+STAGES = ("seed", "edits", *VERIFY_STAGES)
 
 
 @dataclass
@@ -62,10 +75,15 @@ class RunConfig:
     max_items_factor: int = 20  # give up after n * factor work items
 
     def identity(self) -> dict[str, Any]:
-        """The settings a resumed run must share with the first one (n may grow)."""
+        """The settings a resumed run must share with the first one (the manifest's).
+
+        `n` may grow and the endpoint may move (`llm_url` is kept as `info`); whether a model
+        writes the edits, and which, is part of the identity.
+        """
         d = asdict(self)
-        d.pop("n")
-        d.pop("max_items_factor")
+        for free in ("n", "max_items_factor", "llm_url"):
+            d.pop(free)
+        d["llm"] = bool(self.llm_url)
         return d
 
 
@@ -83,6 +101,21 @@ class RunStats:
     closed_book_correct: int = 0
     closed_book_tries: int = 0
     seconds: float = 0.0
+    resumed: int = 0  # kept records found on disk when the run started
+    resumed_items: int = 0  # work items (kept or rejected) found on disk
+    failed: int = 0  # work items the model server failed this run (retried on resume)
+
+    @property
+    def new(self) -> int:
+        """Records kept by this run (not found on disk)."""
+        return self.kept - self.resumed
+
+    def kept_per_minute(self) -> float | None:
+        """This run's rate: records it kept per minute of its own time (None: it made none,
+        as a resumed run that found its work done)."""
+        if self.seconds <= 0 or self.items == self.resumed_items:
+            return None
+        return 60 * self.new / self.seconds
 
     def add(self, outcome: dict[str, Any]) -> None:
         """Count one work item's outcome (a record, or a rejection)."""
@@ -213,7 +246,7 @@ class Synthesizer:
             return self._rejection(rid, k, state, "edits",
                                    f"only {state.n_inject} injections and {state.n_fuzz} fuzzes passed")
         verification = await self.verify(state, rng)
-        for stage in ("quality", "difficulty", "uniqueness"):
+        for stage in VERIFY_STAGES:
             if not verification[stage]["passed"]:
                 return self._rejection(rid, k, state, stage, verification[stage]["reason"], verification)
         return self.record(rid, k, state, verification)
@@ -231,7 +264,7 @@ class Synthesizer:
             return self._rejection(rid, k, state, "edits",
                                    f"only {state.n_inject} injections and {state.n_fuzz} fuzzes passed")
         verification = await self.agent.verify(state)
-        for stage in ("quality", "difficulty", "uniqueness"):
+        for stage in VERIFY_STAGES:
             if not verification[stage]["passed"]:
                 return self._rejection(rid, k, state, stage, verification[stage]["reason"], verification)
         return self.record(rid, k, state, verification)
@@ -261,25 +294,26 @@ class Synthesizer:
         self._loop = None
 
     def record(self, rid: str, k: int, state: Any, verification: dict[str, Any]) -> dict[str, Any]:
-        """The record of a kept question (the schema `qa:Synth` and users read)."""
-        return {
-            "id": rid,
-            "question": state.question,
-            "answer": state.answer,
-            "answer_aliases": [a for a in state.aliases if a != state.answer],
-            "supporting_facts": [{"doc_id": s["doc_id"], "text": s["text"]} for s in state.support],
-            "edits": [{"op": e["op"], "before": e["before"], "after": e["after"], "fact": e["fact"]}
-                      for e in state.edits],
-            "n_inject": state.n_inject,
-            "n_fuzz": state.n_fuzz,
-            "verification": verification,
-            "seed": state.seed,
-            "corpus": self.corpus_name,
-            "logical_form": state.lf,
-            "answer_type": state.lf["type"] if state.lf else None,
-            "rejected_edits": state.rejected,
-            "k": k,
-        }
+        """The record of a kept question, checked against `QARecord` (what `qa:Synth` reads)."""
+        return QARecord(
+            id=rid,
+            question=state.question,
+            answer=state.answer,
+            answer_aliases=[a for a in state.aliases if a != state.answer],
+            supporting_facts=[{"doc_id": s["doc_id"], "text": s["text"]} for s in state.support],
+            edits=[{"op": e["op"], "before": e["before"], "after": e["after"], "fact": e["fact"]}
+                   for e in state.edits],
+            n_inject=state.n_inject,
+            n_fuzz=state.n_fuzz,
+            verification=verification,
+            seed=state.seed,
+            corpus=self.corpus_name,
+            logical_form=state.lf,
+            answer_type=state.lf["type"] if state.lf else None,
+            rejected_edits=state.rejected,
+            k=k,
+            construction=getattr(state, "construction", "model"),  # outside: the model's text
+        ).to_json()
 
     @staticmethod
     def _rejection(rid: str, k: int, state: Any, stage: str, reason: str,
@@ -306,74 +340,82 @@ def _work(k: int) -> dict[str, Any]:
     assert _WORKER is not None
     try:
         return _WORKER.make(k)
-    except Exception as e:  # one broken item must not sink the run: it is logged as rejected
+    except Exception as e:
+        if is_infrastructure_error(e):  # not the item's fault: tried again on resume
+            logger.warning("work item %d: %s", k, e)
+            return {"id": _WORKER.record_id(k), "k": k, "failed": f"{type(e).__name__}: {e}"}
+        # one broken item must not sink the run: it is logged as rejected
         logger.exception("work item %d failed", k)
         return {"id": _WORKER.record_id(k), "k": k, "rejected_stage": "error", "reason": repr(e)}
+
+
+def is_infrastructure_error(e: BaseException) -> bool:
+    """Whether a work item failed because the model server did (down, timing out, refusing
+    every request), not because of the item: a 400-like answer to one request is the item's."""
+    from gemkit.llm.client import LLMError
+
+    if isinstance(e, LLMError):
+        status = getattr(e, "status", None)
+        return status is None or status in (401, 403, 404, 408, 429) or status >= 500
+    return isinstance(e, (TimeoutError, ConnectionError))
 
 
 # -- the run ------------------------------------------------------------------------------------
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Complete lines of a JSONL file; a torn last line (a killed write) is cut off the file."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    good = data.rfind(b"\n") + 1
-    if good < len(data):
-        with path.open("r+b") as f:
-            f.truncate(good)
-            f.flush()
-            os.fsync(f.fileno())
-    out = []
-    for line in data[:good].splitlines():
-        if line.strip():
-            out.append(json.loads(line))
-    return out
+def _check_qa(raw: dict[str, Any], where: str) -> None:
+    QARecord.parse(raw, where)
 
 
-def _append(f: Any, obj: dict[str, Any]) -> None:
-    f.write(json.dumps(obj, ensure_ascii=False) + "\n")
-    f.flush()
-    os.fsync(f.fileno())
+def _check_item(raw: dict[str, Any], where: str) -> None:
+    if not isinstance(raw.get("k"), int):
+        raise RunStoreError(f"{where}: not a work item of a QA run (expected an integer 'k')")
 
 
-def _check_settings(out: Path, config: RunConfig) -> None:
-    path = out / "run.json"
-    ident = config.identity()
-    if path.exists():
-        old = json.loads(path.read_text())
-        diff = {k: (old.get(k), v) for k, v in ident.items() if old.get(k) != v}
-        if diff:
-            details = ", ".join(f"{k}: {a!r} there, {b!r} now" for k, (a, b) in diff.items())
-            raise GemkitError(
-                f"{out} holds a run made with other settings ({details}); resume with the same "
-                "settings or write to another --out folder"
-            )
-        return
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(ident, indent=2))
-    os.replace(tmp, path)
+QA_FILE, REJECTED_FILE, FAILED_FILE = "qa.jsonl", "rejected.jsonl", "failed.jsonl"
+QA = RecordFile(QA_FILE, key=lambda r: r["k"], check=_check_qa)
+REJECTED = RecordFile(REJECTED_FILE, key=lambda r: r["k"], check=_check_item)
+FAILED = RecordFile(FAILED_FILE, key=lambda r: r["k"], check=_check_item, settles=False)
+
+
+def open_store(out: Path, config: RunConfig, max_failures: int = MAX_FAILURES) -> RunStore:
+    """The run's folder (opened by `with`: its lock taken, manifest and record files checked)."""
+    return RunStore(
+        out,
+        "synth qa",
+        config.identity(),
+        [QA, REJECTED, FAILED],
+        info={"n": config.n, "max_items_factor": config.max_items_factor, "llm_url": config.llm_url},
+        failures=FAILED_FILE,
+        max_failures=max_failures,
+    )
 
 
 def prepare(out: Path, config: RunConfig) -> tuple[World | None, Path]:
-    """Build the world, write (or reuse) the corpus, and check the folder's settings."""
+    """Check the settings and the folder, build the world, and write (or reuse) the corpus."""
     check_config(config)
-    out.mkdir(parents=True, exist_ok=True)
-    _check_settings(out, config)
-    corpus = out / "corpus.jsonl"
+    with open_store(out, config) as store:
+        return _prepare(store, config)
+
+
+def _prepare(store: RunStore, config: RunConfig) -> tuple[World | None, Path]:
+    corpus = store.folder / "corpus.jsonl"
     if config.corpus:
         # an outside corpus may be a whole Wikipedia dump: link it rather than copy it
         source = Path(config.corpus).expanduser().resolve()
-        if not corpus.exists():
+        if not os.path.lexists(corpus):
             try:
                 corpus.symlink_to(source)
             except OSError:
-                shutil.copyfile(source, corpus)
+                with store.replacing("corpus.jsonl") as tmp:
+                    shutil.copyfile(source, tmp)
         return None, corpus
     world = build_world(config.world_size, config.seed)
+    if corpus.is_symlink():
+        raise RunStoreError(f"{corpus} is a link; this run writes its own corpus there")
     if not corpus.exists():
-        world.write_corpus(corpus)
+        with store.replacing("corpus.jsonl") as tmp:  # a killed write leaves no half corpus
+            world.write_corpus(tmp)
     return world, corpus
 
 
@@ -396,48 +438,72 @@ def check_config(config: RunConfig) -> None:
 
 def run(out: str | os.PathLike[str], config: RunConfig, *, workers: int = 1,
         on_item: Callable[[dict[str, Any], RunStats], None] | None = None,
-        export: bool = True, executor: str = "process", ray_address: str | None = None) -> RunStats:
+        export: bool = True, executor: str = "process", ray_address: str | None = None,
+        on_start: Callable[[RunStats], None] | None = None,
+        max_failures: int = MAX_FAILURES) -> RunStats:
     """Make records until `config.n` are kept; resume from what `out` already holds.
 
-    `executor="ray"` spreads the work items over a Ray cluster (`ray_address`, or
-    `RAY_ADDRESS`, or a local one); on several machines `out` must be on a shared filesystem.
+    A folder made with other settings, or in use by another run, is refused before anything
+    in it changes. Work items the model server fails go to `failed.jsonl` and run again on
+    resume; `max_failures` of them in a row stop the run (`RunStopped`). `on_start(stats)` is
+    called with the totals found on disk. `executor="ray"` spreads the work items over a Ray
+    cluster (`ray_address`, or `RAY_ADDRESS`, or a local one); on several machines `out` must
+    be on a shared filesystem.
     """
+    check_config(config)
+    out = Path(out)
+    with open_store(out, config, max_failures) as store:
+        try:
+            return _run(store, config, workers, on_item, export, executor, ray_address, on_start)
+        except Exception as e:
+            if is_storage_error(e):
+                raise storage_error(e, out) from None
+            raise
+
+
+def _run(store: RunStore, config: RunConfig, workers: int,
+         on_item: Callable[[dict[str, Any], RunStats], None] | None, export: bool, executor: str,
+         ray_address: str | None, on_start: Callable[[RunStats], None] | None) -> RunStats:
     import time
 
-    out = Path(out)
     start = time.perf_counter()
-    world, corpus = prepare(out, config)
-    index_dir = out / ".index"
-    qa_path, rej_path = out / "qa.jsonl", out / "rejected.jsonl"
+    world, corpus = _prepare(store, config)
+    index_dir = store.folder / ".index"
+    if index_dir.is_symlink():  # the index is written there: never through a link
+        raise RunStoreError(f"{index_dir} is a link; remove it (it is a cache) and run again")
     stats = RunStats()
     done: set[int] = set()
-    for rec in _read_jsonl(qa_path) + _read_jsonl(rej_path):
-        if rec["k"] in done:
-            continue
+    for rec in store.records(QA_FILE) + store.records(REJECTED_FILE):
         done.add(rec["k"])
         stats.add(rec)
+    stats.resumed, stats.resumed_items = stats.kept, stats.items
+    if on_start is not None:
+        on_start(stats)
     # Build the index once here, so workers only open it.
     from gemkit.search.index import SearchIndex
 
     SearchIndex.open(corpus, cache_dir=index_dir)
     limit = config.n * config.max_items_factor
     todo = (k for k in range(limit) if k not in done)
-    with qa_path.open("a", encoding="utf-8") as qa_f, rej_path.open("a", encoding="utf-8") as rej_f:
-        outcomes = (
-            _ray_outcomes(todo, corpus, config, index_dir, workers, stats, ray_address)
-            if executor == "ray"
-            else _outcomes(todo, world, corpus, config, index_dir, workers, stats, config.n)
-        )
-        for outcome in outcomes:
-            if stats.kept >= config.n:
-                break
-            _append(rej_f if outcome.get("rejected_stage") else qa_f, outcome)
-            stats.add(outcome)
-            if on_item is not None:
-                on_item(outcome, stats)
+    outcomes = (
+        _ray_outcomes(todo, corpus, config, index_dir, workers, stats, ray_address)
+        if executor == "ray"
+        else _outcomes(todo, world, corpus, config, index_dir, workers, stats, config.n)
+    )
+    for outcome in outcomes:
+        if stats.kept >= config.n:
+            break
+        if outcome.get("failed"):
+            stats.failed += 1
+            store.fail(outcome, f"work item {outcome['k']}: {outcome['failed']}")
+            continue
+        store.append(REJECTED_FILE if outcome.get("rejected_stage") else QA_FILE, outcome)
+        stats.add(outcome)
+        if on_item is not None:
+            on_item(outcome, stats)
     stats.seconds = time.perf_counter() - start
     if export:
-        export_dataset(out)
+        export_dataset(store.folder, store)
     return stats
 
 
@@ -488,36 +554,36 @@ def _ray_outcomes(todo: Iterator[int], corpus: Path, config: RunConfig, index_di
 
 
 def read_records(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The kept records of a run folder."""
-    return _read_jsonl(Path(out) / "qa.jsonl")
+    """The kept records of a run folder, each checked against `QARecord` (its JSON form).
+
+    Reading changes nothing: a torn last line (a run still writing, or killed) is skipped.
+    """
+    path = Path(out) / QA_FILE
+    if not path.exists():
+        return []
+    out_records = []
+    for n, raw in read_lines(path):
+        try:
+            out_records.append(QARecord.parse(raw, f"{path}, line {n}").to_json())
+        except RecordError as e:
+            raise GemkitError(str(e)) from None
+    return out_records
 
 
-def export_dataset(out: str | os.PathLike[str]) -> Path:
+def export_dataset(out: str | os.PathLike[str], store: RunStore | None = None) -> Path:
     """Save qa.jsonl as a Hugging Face `datasets` folder at `out/dataset`.
 
-    Nested fields whose shape varies from record to record (the logical form, verification
-    details, edit history) are stored as JSON strings, so every row has one Arrow schema.
+    The columns are `QARecord`'s fields, nested as in qa.jsonl (supporting facts, edits,
+    rejected edits, verification stages as structs and lists); only the logical form, a
+    recursive tree, is JSON text. Within a run (`store`), the folder is written aside and
+    renamed over the old one: a failed export leaves no partial folder.
     """
-    import datasets
+    from gemkit.records.export import save_dataset
 
     out = Path(out)
-    rows = []
-    for r in read_records(out):
-        rows.append({
-            "id": r["id"],
-            "question": r["question"],
-            "answer": r["answer"],
-            "answer_aliases": list(r.get("answer_aliases") or []),
-            "supporting_facts": r["supporting_facts"],
-            "edits": json.dumps(r["edits"], ensure_ascii=False),
-            "n_inject": r["n_inject"],
-            "n_fuzz": r["n_fuzz"],
-            "verification": json.dumps(r["verification"], ensure_ascii=False),
-            "seed": r["seed"],
-            "corpus": r["corpus"],
-            "logical_form": json.dumps(r.get("logical_form"), ensure_ascii=False),
-        })
-    path = out / "dataset"
-    datasets.disable_progress_bars()  # the CLI shows its own progress; a library stays quiet
-    datasets.Dataset.from_list(rows).save_to_disk(str(path))
-    return path
+    records = [QARecord.parse(r) for r in read_records(out)]
+    if store is None:
+        return save_dataset(records, QARecord, out / "dataset")
+    with store.replacing("dataset") as tmp:
+        save_dataset(records, QARecord, tmp)
+    return out / "dataset"

@@ -43,6 +43,8 @@ _VALUE_OPENINGS = re.compile(
     r"|^(?:when|how many|how much|how long|how tall|how high|how old|how far)\b"
 )
 _WHO = re.compile(r"^(?:who|whom|whose)\b")
+#: "what is the name of the company ..." asks what "which company ..." asks
+_NAME_OF = re.compile(r"^(which|what) (?:is|was) the name of (?:the|a|an) ")
 _WHERE = re.compile(r"^where\b")
 _WHICH = re.compile(r"^(?:(?:in|at|of|for|by|from|to|on|with|into|under) )?(?:which|what)\b")
 
@@ -72,6 +74,9 @@ def asked_type(question: str) -> str | None:
     """The entity type a question asks for ("Which journalist ...?" -> person), `value` when it
     asks for a year or a number, or None when the text does not say."""
     q = " ".join(question.lower().replace("?", " ").split())
+    # the asking sentence is the last one: a lead-in sentence before it states a fact
+    q = q.rsplit(". ", 1)[-1]
+    q = _NAME_OF.sub(r"\1 ", q)
     if _VALUE_OPENINGS.match(q):
         return "value"
     if _WHO.match(q):
@@ -120,7 +125,10 @@ def named_entities(text: str, world: World) -> set[str]:
     index = name_index(world)
     hits: list[tuple[int, int, str]] = []
     low = text.lower()
-    for word in {w.lower() for w in _WORD.findall(text)}:
+    words = {w.lower() for w in _WORD.findall(text)}
+    # a possessive ("Shavoupu's director", "Works' founder") names the same entity
+    words |= {w.removesuffix("'s").rstrip("'") for w in words if "'" in w}
+    for word in words:
         for alias, eid in index.get(word, ()):
             if not mentions(text, alias):
                 continue

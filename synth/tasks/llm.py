@@ -13,7 +13,8 @@ gemkit runs the program in the sandbox (`gemkit.sandbox`): it builds the databas
 solution under the restricted runner with only a tools facade, verifies its answer, and feeds
 any error back to the model, which repairs the program. Once a level verifies, the model is
 asked for a harder version (more constraints, new tools when needed), up to the target level.
-The kept record stores the program; its tools and verifier run in the sandbox at play time.
+The kept record stores the program; its tools and verifier run in the sandbox at play time
+(`gemkit.envs.toolworld.program`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ import asyncio
 import base64
 import difflib
 import hashlib
-import json
 import logging
 import re
 from collections.abc import Callable
@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
 
+from gemkit.envs.toolworld.program import make_sandbox, parse_result
+from gemkit.records.tasks import Code, TaskRecord, TaskText, ToolSchema
 from gemkit.synth.tasks import restrict
-from gemkit.synth.tasks.base import Category, Task, Verdict
-from gemkit.tools.base import Tool, ToolResult
+from gemkit.synth.tasks.base import TaskGenerator
 
 log = logging.getLogger(__name__)
 
@@ -111,25 +111,6 @@ except BaseException as e:
 print("@@RESULT@@" + json.dumps(out, default=str))
 """
 
-#: runs one tool call or the verifier of a stored program against its database
-CALL = r"""
-import json, sqlite3
-ns = {{"__name__": "task_program"}}
-exec(compile({program!r}, "program.py", "exec"), ns)
-conn = sqlite3.connect("file:task.sqlite?mode=ro", uri=True)
-ns["db"] = conn
-out = {{}}
-try:
-    if {tool!r} is None:
-        out["violations"] = [str(v) for v in ns["verify"](conn, json.loads({payload!r}))]
-    else:
-        fn = {{f.__name__: f for f in ns["TOOLS"]}}[{tool!r}]
-        out["result"] = fn(**json.loads({payload!r}))
-except Exception as e:
-    out["error"] = type(e).__name__ + ": " + str(e)
-print("@@RESULT@@" + json.dumps(out, default=str))
-"""
-
 
 def extract_program(text: str) -> str | None:
     """The last ```python block of a reply (or the whole reply if it parses as Python)."""
@@ -201,22 +182,6 @@ def _value_kind(node: ast.expr | None) -> str:
     return next((v for k, v in kinds.items() if isinstance(node, k)), "a value")
 
 
-def _sandbox() -> Any:
-    from gemkit.sandbox import Sandbox
-
-    return Sandbox(timeout=20, memory_mb=512, max_output=8_000_000, workers=2)
-
-
-def _parse_result(stdout: str, stderr: str) -> dict[str, Any]:
-    marker = stdout.rfind("@@RESULT@@")
-    if marker < 0:
-        return {"ok": False, "error": (stderr or stdout or "no output")[-1500:]}
-    try:
-        return json.loads(stdout[marker + len("@@RESULT@@") :])
-    except json.JSONDecodeError:
-        return {"ok": False, "error": "the program's output could not be read back (cut short?)"}
-
-
 def run_program(program: str, sandbox: Any = None) -> dict[str, Any]:
     """Run a model's program in the sandbox: build, solve with only tools, verify.
 
@@ -229,7 +194,7 @@ def run_program(program: str, sandbox: Any = None) -> dict[str, Any]:
     solution = solution_source(program)
     restrict_src = Path(restrict.__file__).read_text(encoding="utf-8")
     code = HARNESS.format(restrict=restrict_src, program=program, solution=solution)
-    sb = sandbox or _sandbox()
+    sb = sandbox or make_sandbox()
     try:
         result = sb.run_sync(code)
     finally:
@@ -237,7 +202,7 @@ def run_program(program: str, sandbox: Any = None) -> dict[str, Any]:
             sb.close()
     if result.limit_hit:
         return {"ok": False, "error": f"the program hit the sandbox's {result.limit_hit} limit"}
-    return _parse_result(result.stdout, result.stderr)
+    return parse_result(result.stdout, result.stderr)
 
 
 def _feedback(result: dict[str, Any]) -> str:
@@ -358,14 +323,14 @@ class Attempts:
 
 def synthesize_with_llm(
     config: Any,
-    category: Category,
+    category: TaskGenerator,
     tid: str,
     db_path: Path,
     rel: str,
     level: int,
     rng: np.random.Generator,
     note: Callable[[str], None] | None = None,
-) -> tuple[dict[str, Any] | None, str]:
+) -> tuple[TaskRecord | None, str]:
     """Ask the model for a program, repair it until it verifies, harden it up to `level`.
 
     Returns the record (None when no level verified) and how the conversation ended;
@@ -375,9 +340,9 @@ def synthesize_with_llm(
 
     say = note or (lambda line: None)
 
-    async def converse() -> tuple[dict[str, Any] | None, str]:
+    async def converse() -> tuple[TaskRecord | None, str]:
         client = LLMClient(base_url=config.llm, model=config.model, seed=int(rng.integers(2**31)))
-        sandbox = _sandbox()
+        sandbox = make_sandbox()
         messages = [
             {
                 "role": "system",
@@ -456,145 +421,38 @@ def synthesize_with_llm(
 def _record(
     good: dict[str, Any],
     history: list[dict[str, Any]],
-    category: Category,
+    category: TaskGenerator,
     tid: str,
     db_path: Path,
     rel: str,
     config: Any,
-) -> dict[str, Any]:
+) -> TaskRecord:
     result, program = good["result"], good["program"]
     db_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = db_path.with_name(db_path.name + ".tmp")
     tmp.write_bytes(base64.b64decode(result["database"]))
     tmp.replace(db_path)
     task = result["task"]
-    return {
-        "id": tid,
-        "category": category.name,
-        "level": good["level"],
-        "database": rel,
-        "tools": tool_schemas(result["tools"]),
-        "task": {
-            "prompt": str(task.get("prompt", "")),
-            "answer_format": str(task.get("answer_format", "")),
-        },
-        "constraints": [str(c) for c in task.get("constraints", [])],
-        "verifier": {"kind": "code", "code": program, "entry": "verify"},
-        "solution": {"kind": "code", "code": solution_source(program), "entry": "solution"},
-        "reference_answer": result.get("answer"),
-        "stats": {
-            "n_valid_solutions": None,
-            "n_answers": None,
-            "valid_fraction": None,
-            "pass_at_k": None,
-        },
-        "history": history,
-        "seed": [config.seed],
-        "model": config.model,
-    }
-
-
-# -- playing code records -------------------------------------------------------------------
-
-
-class _AnyArgs(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class ProgramTool(Tool):
-    """One tool of a model-written program, run in the sandbox against the task's database."""
-
-    Args = _AnyArgs
-
-    def __init__(self, runtime: CodeRuntime, schema: dict[str, Any]):
-        self.runtime = runtime
-        self.name = schema["name"]  # type: ignore[misc]
-        self.description = schema["description"]  # type: ignore[misc]
-        self.schema = schema["parameters"]
-
-    def json_schema(self) -> dict[str, Any]:
-        """The recorded parameter schema."""
-        return self.schema
-
-    async def call(self, args: BaseModel) -> ToolResult:
-        """Run the tool in the sandbox."""
-        payload = args.model_dump()
-        if self.name == "submit_result" and self.runtime.submit is not None:
-            value = next(iter(payload.values()), None)
-            return ToolResult(self.runtime.submit(value))
-        out = await asyncio.get_running_loop().run_in_executor(
-            None, self.runtime.call, self.name, payload
-        )
-        if "error" in out:
-            return ToolResult(f"Error: {self.name} raised {out['error']}", is_error=True)
-        return ToolResult(json.dumps(out.get("result"), ensure_ascii=False, default=str))
-
-    def clone(self) -> ProgramTool:
-        """Share the runtime (it holds no live resources of its own)."""
-        return self
-
-
-class CodeRuntime:
-    """Tools and verifier of one code record, each call run in the sandbox."""
-
-    def __init__(self, record: dict[str, Any], db_path: Path, submit: Any = None):
-        self.record = record
-        self.program = record["verifier"]["code"]
-        self.db_path = db_path
-        self.submit = submit
-        self._sandbox: Any = None
-
-    def _run(self, tool: str | None, payload: Any) -> dict[str, Any]:
-        if self._sandbox is None:
-            self._sandbox = _sandbox()
-        code = CALL.format(program=self.program, tool=tool, payload=json.dumps(payload))
-        result = self._sandbox.run_sync(code, files={"task.sqlite": self.db_path.read_bytes()})
-        return _parse_result(result.stdout, result.stderr)
-
-    def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """Run one tool call."""
-        return self._run(name, arguments)
-
-    def tools(self) -> list[Tool]:
-        """The record's tools as gemkit tools."""
-        return [ProgramTool(self, s) for s in self.record["tools"]]
-
-    def verify(self, answer: Any) -> Verdict:
-        """Run the program's verifier on an answer."""
-        from gemkit.synth.tasks.base import parse_json_answer
-
-        data, error = parse_json_answer(answer)
-        out = self._run(None, answer if error else data)
-        if "error" in out:
-            violations = [f"verifier: the verifier raised {out['error']}"]
-        else:
-            violations = [str(v) for v in out.get("violations", [])]
-        return Verdict(not violations, violations, list(self.record["constraints"]), violations)
-
-    def close(self) -> None:
-        """Stop the sandbox."""
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
-
-
-def code_task(record: dict[str, Any]) -> Task:
-    """The `Task` of a code record."""
-    return Task(
-        record["category"],
-        int(record["level"]),
-        {},
-        record["task"]["prompt"],
-        record["task"]["answer_format"],
-        list(record["constraints"]),
-        [t["name"] for t in record["tools"]],
+    return TaskRecord(
+        id=tid,
+        category=category.name,
+        level=good["level"],
+        database=rel,
+        tools=[ToolSchema(**t) for t in tool_schemas(result["tools"])],
+        task=TaskText(
+            prompt=str(task.get("prompt", "")), answer_format=str(task.get("answer_format", ""))
+        ),
+        constraints=[str(c) for c in task.get("constraints", [])],
+        verifier=Code(kind="code", code=program, entry="verify"),
+        solution=Code(kind="code", code=solution_source(program), entry="solution"),
+        reference_answer=result.get("answer"),
+        history=history,
+        seed=[config.seed],
+        model=config.model,
     )
 
 
 __all__ = [
-    "CodeRuntime",
-    "ProgramTool",
-    "code_task",
     "extract_program",
     "run_program",
     "synthesize_with_llm",

@@ -1,8 +1,9 @@
 """A task-synthesis run: records written as they are made, resumable, filtered by pass@k.
 
-Layout of an output folder:
+Layout of an output folder (a run-store folder, `gemkit.runstore`):
 
-    DIR/tasks.jsonl      one record per kept task (append + flush + fsync, in id order)
+    DIR/run.json         the settings; a resumed run with other ones is refused, naming them
+    DIR/tasks.jsonl      one record per kept task (append + fsync, in id order)
     DIR/rejected.jsonl   ids tried and not kept (no task, or 0 passes in k tries), with why
     DIR/progress.log     one line per event (each model reply in LLM mode, each task settled),
                          to follow a run without a terminal: `tail -f DIR/progress.log`
@@ -11,33 +12,50 @@ Layout of an output folder:
 
 Task `i` of a run has the id `<category>-s<seed>-<i:06d>` and its own generator seeded from
 `(seed, i)`, so a killed run started again skips what it wrote, drops a torn last line, and
-produces the same records it would have produced uninterrupted.
+produces the same records it would have produced uninterrupted. A run holds the folder's
+lock: a second run on the same folder is refused while the first one writes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
-import json
 import logging
-import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from gemkit.envs.toolworld.category import task_from_record
+from gemkit.envs.toolworld.env import TASKS_FILE
 from gemkit.errors import GemkitError
-from gemkit.synth.tasks import get_category
-from gemkit.synth.tasks.base import Category, Synthesized, Task, TaskSynthesisError, synthesize
+from gemkit.records.base import RecordError
+from gemkit.records.tasks import Code, PassAtK, TaskRecord, TaskStats, TaskText, ToolSchema
+from gemkit.runstore import RecordFile, RunStore, RunStoreError, append_log, is_storage_error
+from gemkit.runstore import storage_error as _storage_error
+from gemkit.synth.tasks.base import Synthesized, TaskGenerator, TaskSynthesisError, synthesize
+from gemkit.synth.tasks.generators import get_category
 
 log = logging.getLogger(__name__)
 
-TASKS_FILE = "tasks.jsonl"
+__all__ = [
+    "RunConfig",
+    "RunSummary",
+    "make_record",
+    "pass_at_k",
+    "run_synthesis",
+    "task_from_record",
+]
+
+T = TypeVar("T")
+
 REJECTED_FILE = "rejected.jsonl"
 PROGRESS_FILE = "progress.log"
+DB_DIR = "db"
 
 
 @dataclass
@@ -99,47 +117,28 @@ def target_level(config: RunConfig, index: int) -> int:
 
 
 def make_record(
-    category: Category, syn: Synthesized, tid: str, database: str, seed: list[int]
-) -> dict[str, Any]:
-    """The JSON record of one synthesized task (its database lives at `database`)."""
+    category: TaskGenerator, syn: Synthesized, tid: str, database: str, seed: list[int]
+) -> TaskRecord:
+    """The record of one synthesized task (its database lives at `database`)."""
     task = syn.task
-    return {
-        "id": tid,
-        "category": category.name,
-        "level": task.level,
-        "database": database,
-        "tools": category.tool_schemas(task.tools),
-        "task": {
-            "prompt": task.prompt,
-            "answer_format": task.answer_format,
-            "spec": task.spec,
-        },
-        "constraints": task.constraints,
-        "verifier": {"kind": "builtin", "ref": category.verifier_ref()},
-        "solution": {"kind": "builtin", "ref": category.solution_ref()},
-        "reference_answer": syn.reference_answer,
-        "stats": {
-            "n_valid_solutions": syn.n_valid,
-            "n_answers": syn.history[-1]["n_answers"],
-            "valid_fraction": syn.history[-1]["valid_fraction"],
-            "pass_at_k": None,
-        },
-        "history": syn.history,
-        "seed": seed,
-    }
-
-
-def task_from_record(record: dict[str, Any]) -> Task:
-    """The `Task` a record describes."""
-    t = record["task"]
-    return Task(
-        category=record["category"],
-        level=int(record["level"]),
-        spec=t.get("spec", {}),
-        prompt=t["prompt"],
-        answer_format=t["answer_format"],
-        constraints=list(record["constraints"]),
-        tools=[s["name"] for s in record["tools"]],
+    return TaskRecord(
+        id=tid,
+        category=category.name,
+        level=task.level,
+        database=database,
+        tools=[ToolSchema(**t) for t in category.tool_schemas(task.tools)],
+        task=TaskText(prompt=task.prompt, answer_format=task.answer_format, spec=task.spec),
+        constraints=task.constraints,
+        verifier=Code(kind="builtin", ref=category.verifier_ref()),
+        solution=Code(kind="builtin", ref=category.solution_ref()),
+        reference_answer=syn.reference_answer,
+        stats=TaskStats(
+            n_valid_solutions=syn.n_valid,
+            n_answers=syn.history[-1]["n_answers"],
+            valid_fraction=syn.history[-1]["valid_fraction"],
+        ),
+        history=syn.history,
+        seed=seed,
     )
 
 
@@ -147,7 +146,7 @@ def task_from_record(record: dict[str, Any]) -> Task:
 
 
 def pass_at_k(
-    record: dict[str, Any],
+    record: TaskRecord,
     root: Path,
     k: int,
     *,
@@ -157,25 +156,25 @@ def pass_at_k(
 ) -> int:
     """Play the task k times through its `toolworld:` env; return how many tries passed.
 
-    The default policy is the category's baseline agent, seeded per try.
+    The default policy is the category's baseline agent, seeded per try. The tries run on
+    their own event loop, so this works from sync code called inside a running loop too
+    (a built-in set made when `gemkit run` first makes its env).
     """
+    from gemkit.envs.toolworld.baselines import baseline_for
     from gemkit.envs.toolworld.env import make_toolworld
     from gemkit.rollout import run_episode
-    from gemkit.synth.tasks.baselines import baseline_for
 
-    env = make_toolworld(record["category"], records=[record], root=root)
+    env = make_toolworld(records=[record], root=root)
 
     async def play() -> int:
         passes = 0
         for i in range(k):
             policy = (
-                policy_factory(i) if policy_factory else baseline_for(record["category"], seed + i)
+                policy_factory(i) if policy_factory else baseline_for(record.category, seed + i)
             )
-            episode = await run_episode(
-                env, policy, env_id=record["id"], seed=i, max_steps=max_steps
-            )
+            episode = await run_episode(env, policy, env_id=record.id, seed=i, max_steps=max_steps)
             if episode.error:
-                log.warning("pass@k try %d of %s failed: %s", i, record["id"], episode.error)
+                log.warning("pass@k try %d of %s failed: %s", i, record.id, episode.error)
             passes += int(episode.success)
             closer = getattr(getattr(policy, "client", None), "close", None)
             if closer is not None:  # an LLM policy's HTTP session
@@ -183,9 +182,20 @@ def pass_at_k(
         return passes
 
     try:
-        return asyncio.run(play())
+        return run_to_end(play())
     finally:
         env.unwrapped.close()
+
+
+def run_to_end(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to its end from sync code: here, or on a worker thread's own loop when
+    the calling thread's loop is running (where `asyncio.run` cannot start a second one)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gemkit-pass-at-k") as ex:
+        return ex.submit(asyncio.run, coro).result()
 
 
 # -- one task -------------------------------------------------------------------------------
@@ -197,7 +207,7 @@ class Outcome:
 
     index: int
     id: str
-    record: dict[str, Any] | None = None
+    record: TaskRecord | None = None
     reason: str = ""
     levels: list[int] = field(default_factory=list)
 
@@ -246,7 +256,7 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
             seed=config.seed * 1_000_003 + index * 101,
             policy_factory=factory,
         )
-        record["stats"]["pass_at_k"] = {"k": config.k, "passes": passes}
+        record.stats.pass_at_k = PassAtK(k=config.k, passes=passes)
         if passes == 0:
             db_path.unlink(missing_ok=True)
             return Outcome(index, tid, reason=f"0 passes in {config.k} tries")
@@ -266,44 +276,44 @@ def _llm_policy_factory(config: RunConfig) -> Callable[[int], Any]:
 # -- the files ------------------------------------------------------------------------------
 
 
-def repair_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read a JSONL file, cutting off a torn last line (an interrupted write); return records."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    records: list[dict[str, Any]] = []
-    good = 0
-    pos = 0
-    while pos < len(data):
-        end = data.find(b"\n", pos)
-        if end < 0:
-            break  # no newline: the last write did not finish
-        try:
-            records.append(json.loads(data[pos:end]))
-        except json.JSONDecodeError:
-            break
-        pos = good = end + 1
-    if good < len(data):
-        log.warning("%s: dropping %d bytes of a torn last line", path, len(data) - good)
-        with path.open("r+b") as f:
-            f.truncate(good)
-    return records
+def _check_task(raw: dict[str, Any], where: str) -> None:
+    try:
+        TaskRecord.parse(raw, where)
+    except RecordError as e:
+        raise TaskSynthesisError(f"{e}; resume needs a folder this gemkit wrote") from None
+
+
+def _check_rejection(raw: dict[str, Any], where: str) -> None:
+    if not isinstance(raw.get("id"), str):
+        raise TaskSynthesisError(f"{where}: not a rejected task id (expected {{id, reason}})")
+
+
+TASKS = RecordFile(TASKS_FILE, key=lambda r: r["id"], check=_check_task)
+REJECTED = RecordFile(REJECTED_FILE, key=lambda r: r["id"], check=_check_rejection)
+
+
+def settings_of(config: RunConfig) -> dict[str, Any]:
+    """The settings that decide a run's records (its manifest; a resume must match them).
+
+    `n`, the attempts, the workers and the endpoint's address do not change what task `i`
+    is, so a resumed run may change them.
+    """
+    return {
+        "category": config.category,
+        "seed": config.seed,
+        "min_level": config.min_level,
+        "max_level": config.max_level,
+        "k": config.k,
+        "llm": bool(config.llm),
+        "model": config.model if config.llm else None,
+        "max_repairs": config.max_repairs if config.llm else None,
+    }
 
 
 def append_progress(out: Path, line: str) -> None:
     """Append a timestamped line to the run's progress log (one write: workers may share it)."""
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    with (out / PROGRESS_FILE).open("a", encoding="utf-8") as f:
-        f.write(f"{stamp} {line}\n")
-
-
-def append_jsonl(path: Path, record: dict[str, Any]) -> None:
-    """Append one record as a line and make it durable before returning."""
-    line = json.dumps(record, ensure_ascii=False) + "\n"
-    with path.open("a", encoding="utf-8") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    append_log(out / PROGRESS_FILE, f"{stamp} {line}")
 
 
 # -- the run --------------------------------------------------------------------------------
@@ -314,6 +324,7 @@ class RunSummary:
     """The outcome of a run: kept records (old and new), rejections, and per-level figures."""
 
     out: Path
+    #: the kept records, each in its JSON form (`TaskRecord.to_json()`)
     records: list[dict[str, Any]]
     rejected: int
     new: int
@@ -347,13 +358,50 @@ def run_synthesis(
     """Synthesize until `config.n` tasks are kept (or attempts run out), resuming a folder.
 
     `progress(outcome, kept, n)` is called once at the start (outcome None) and after each
-    task id is settled.
+    task id is settled. A folder made with other settings, or in use by another run, is
+    refused before anything in it changes.
     """
     out = config.out
-    (out / "db").mkdir(parents=True, exist_ok=True)
-    tasks_file, rejected_file = out / TASKS_FILE, out / REJECTED_FILE
-    records = repair_jsonl(tasks_file)
-    rejected = repair_jsonl(rejected_file)
+    store = RunStore(
+        out,
+        "synth tasks",
+        settings_of(config),
+        [TASKS, REJECTED],
+        info={
+            "n": config.n,
+            "max_attempts": config.max_attempts,
+            "workers": config.workers,
+            "executor": config.executor,
+            "llm_url": config.llm,
+        },
+    )
+    with store:
+        try:
+            return _run(config, store, progress)
+        except Exception as e:
+            if not (is_storage_error(e) or isinstance(e, RunStoreError)):
+                raise
+            try:  # the database of the task being made when the disk filled up
+                _drop_orphans(out, store.records(TASKS_FILE))
+            except OSError:
+                pass
+            if isinstance(e, RunStoreError):
+                raise
+            raise _storage_error(e, out) from None
+
+
+def _run(
+    config: RunConfig,
+    store: RunStore,
+    progress: Callable[[Outcome | None, int, int], None] | None,
+) -> RunSummary:
+    out = config.out
+    db = out / DB_DIR
+    if db.is_symlink() or (db.exists() and not db.is_dir()):
+        raise RunStoreError(f"{db} is not a folder (a link?); remove it or choose another --out")
+    db.mkdir(exist_ok=True)
+    records = store.records(TASKS_FILE)
+    rejected = store.records(REJECTED_FILE)
     done = {r["id"] for r in records} | {r["id"] for r in rejected}
     resumed = len(records)
     kept = len(records)
@@ -373,13 +421,12 @@ def run_synthesis(
     def settle(o: Outcome) -> None:
         nonlocal kept, new, n_rejected
         if o.record is not None:
-            append_jsonl(tasks_file, o.record)
-            records.append(o.record)
+            store.append(TASKS_FILE, o.record.to_json())
             kept += 1
             new += 1
-            append_progress(out, f"{o.id}: kept at level {o.record['level']} ({kept}/{config.n})")
+            append_progress(out, f"{o.id}: kept at level {o.record.level} ({kept}/{config.n})")
         else:
-            append_jsonl(rejected_file, {"id": o.id, "reason": o.reason})
+            store.append(REJECTED_FILE, {"id": o.id, "reason": o.reason})
             n_rejected += 1
             append_progress(out, f"{o.id}: rejected: {o.reason} ({kept}/{config.n} kept)")
         if progress:
@@ -395,7 +442,7 @@ def run_synthesis(
             _run_parallel(config, todo, settle, lambda: kept >= config.n)
     _drop_orphans(out, records)
     if config.export:
-        export_datasets(out, records)
+        export_datasets(out, records, store)
     return RunSummary(out, records, n_rejected, new, resumed)
 
 
@@ -421,36 +468,29 @@ def _run_parallel(
             settle(outcome)
 
 
-def export_datasets(out: Path, records: list[dict[str, Any]]) -> Path | None:
-    """Save the records as a Hugging Face `datasets` folder at `out/datasets` (nested as JSON)."""
+def export_datasets(
+    out: Path, records: list[dict[str, Any]], store: RunStore | None = None
+) -> Path | None:
+    """Save the records as a Hugging Face `datasets` folder at `out/datasets`.
+
+    The columns are `TaskRecord`'s fields, nested as in `tasks.jsonl`; only its free-form
+    JSON fields (tool parameter schemas, the spec, the reference answer) are JSON text.
+    Within a run (`store`), the folder is written aside and renamed over the old one, so a
+    failed export leaves the last one whole and no partial folder behind.
+    """
     try:
-        import datasets
+        import datasets  # noqa: F401
     except ImportError:
         log.warning("`datasets` is not installed: skipping the export (pip install datasets)")
         return None
-    rows = [
-        {
-            "id": r["id"],
-            "category": r["category"],
-            "level": r["level"],
-            "database": r["database"],
-            "prompt": r["task"]["prompt"],
-            "answer_format": r["task"]["answer_format"],
-            "constraints": r["constraints"],
-            "tools": json.dumps(r["tools"], ensure_ascii=False),
-            "spec": json.dumps(r["task"].get("spec", {}), ensure_ascii=False),
-            "verifier": json.dumps(r["verifier"], ensure_ascii=False),
-            "solution": json.dumps(r["solution"], ensure_ascii=False),
-            "reference_answer": json.dumps(r["reference_answer"], ensure_ascii=False),
-            "stats": json.dumps(r["stats"], ensure_ascii=False),
-            "history": json.dumps(r["history"], ensure_ascii=False),
-        }
-        for r in records
-    ]
-    target = out / "datasets"
-    datasets.disable_progress_bars()
-    datasets.Dataset.from_list(rows).save_to_disk(str(target))
-    return target
+    from gemkit.records.export import save_dataset
+
+    typed = [TaskRecord.parse(r) for r in records]
+    if store is None:
+        return save_dataset(typed, TaskRecord, out / "datasets")
+    with store.replacing("datasets") as tmp:
+        save_dataset(typed, TaskRecord, tmp)
+    return out / "datasets"
 
 
 def config_dict(config: RunConfig) -> dict[str, Any]:

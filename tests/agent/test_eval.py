@@ -4,11 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -77,43 +72,7 @@ def test_eval_with_a_model_survives_faults_and_loses_nothing(tmp_path):
     assert summary[ENV]["success_rate"] == 1.0 and summary[ENV]["missing"] == 0
 
 
-def test_killed_eval_resumes_without_loss_or_duplicates(tmp_path):
-    out = tmp_path / "run"
-    with ScriptedOpenAIServer(slow_model) as srv:
-        cmd = [
-            sys.executable,
-            "-m",
-            "gemkit",
-            "eval",
-            ENV,
-            "--base-url",
-            srv.base_url,
-            "--model",
-            "m",
-            "-n",
-            "30",
-            "--concurrency",
-            "2",
-            "--out",
-            str(out),
-        ]
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        results = out / "episodes.jsonl"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if results.exists() and len(results.read_text().splitlines()) >= 4:
-                break
-            time.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        before = lines(results)
-        assert 4 <= len(before) < 30, "the run must be killed mid-way"
-        again = subprocess.run([*cmd, "--resume"], capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0, again.stderr
-    after = lines(results)
-    keys = [r["key"] for r in after]
-    assert len(keys) == len(set(keys)) == 30
-    assert after[: len(before)] == before, "finished episodes are kept as they were"
+# killed and resumed evals (byte-equal to an uninterrupted run): tests/runstore/test_kill_resume.py
 
 
 def test_eval_refuses_to_overwrite_a_run_without_resume(tmp_path, capsys):

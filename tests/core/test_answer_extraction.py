@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from gemkit.parsing import extract_answer
+from gemkit.answers import extract_answer
 
 
 @pytest.mark.parametrize(

@@ -26,7 +26,7 @@ pytest.importorskip("transformers", reason="needs the `train` extra (torch, tran
 
 from aiohttp import web  # noqa: E402
 
-from gemkit.integrations.tokens import prompt_ids, reply_ids  # noqa: E402
+from gemkit.integrations.episode_tokens import prompt_ids, reply_ids  # noqa: E402
 from gemkit.testing.token_server import TokenScriptedServer  # noqa: E402
 from gemkit.testing.tokenizer import IM_END, IM_START, chatml_bpe_tokenizer  # noqa: E402
 from gemkit.train.model_server import ModelServer, load_engine, state_bytes  # noqa: E402

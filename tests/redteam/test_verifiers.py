@@ -23,8 +23,7 @@ from gemkit.envs.games.sudoku import Sudoku, SudokuExpert, conflict, parse_grid
 from gemkit.envs.multiagent.kuhn_poker import KuhnPoker
 from gemkit.envs.multiagent.tictactoe import TicTacToe
 from gemkit.envs.toolworld.env import make_toolworld
-from gemkit.synth.tasks import get_category, synthesize
-from gemkit.synth.tasks.base import Database
+from gemkit.synth.tasks import Database, get_category, synthesize
 from gemkit.synth.tasks.run import make_record
 
 needs_rg = pytest.mark.skipif(
@@ -403,7 +402,7 @@ def rename_everything(answer):
 @pytest.mark.parametrize("name", CATEGORIES)
 def test_answers_that_name_nothing_real_or_miss_parts_earn_no_partial_credit(env_of, name):
     _, record = env_of(name)
-    ref = record["reference_answer"]
+    ref = record.reference_answer
     for attack in (rename_everything(ref), ref[:1], ref[1:] if len(ref) > 1 else []):
         env, _ = env_of(name, partial_credit=True)
         _, reward, terminated, _, info = env.step(json.dumps(attack))
@@ -415,7 +414,7 @@ def test_answers_that_name_nothing_real_or_miss_parts_earn_no_partial_credit(env
 @pytest.mark.parametrize("name", CATEGORIES)
 def test_case_whitespace_and_duplicates_do_not_pass(env_of, name):
     _, record = env_of(name)
-    ref = record["reference_answer"]
+    ref = record.reference_answer
     if name == "shopping_basket":
         attacks = [[ref[0].lower(), *ref[1:]], [ref[0], *ref], [*ref, ref[-1]]]
     elif name == "trip_planning":
@@ -434,7 +433,7 @@ def test_case_whitespace_and_duplicates_do_not_pass(env_of, name):
 @pytest.mark.parametrize("hour", [True, 10.0, "10", None, 10**40, -1])
 def test_a_meeting_hour_must_be_a_whole_number_of_the_day(env_of, hour):
     _, record = env_of("meeting_scheduling")
-    schedule = [dict(m) for m in record["reference_answer"]]
+    schedule = [dict(m) for m in record.reference_answer]
     schedule[0]["hour"] = hour
     env, _ = env_of("meeting_scheduling", partial_credit=True)
     _, reward, _, _, info = env.step(json.dumps(schedule))
@@ -447,10 +446,10 @@ def test_the_episode_is_over_after_the_verdict(env_of, name):
     _, reward, terminated, _, _ = env.step("no plan")
     assert terminated and reward == 0.0
     key = {"trip_planning": "plan", "meeting_scheduling": "schedule"}.get(name, "basket")
-    call = {"name": "submit_result", "arguments": {key: record["reference_answer"]}}
+    call = {"name": "submit_result", "arguments": {key: record.reference_answer}}
     for action in (
         f"<tool_call>{json.dumps(call)}</tool_call>",
-        json.dumps(record["reference_answer"]),
+        json.dumps(record.reference_answer),
     ):
         obs, reward, terminated, _, info = env.step(action)
         assert reward == 0.0 and terminated and not info["success"], obs
@@ -459,7 +458,7 @@ def test_the_episode_is_over_after_the_verdict(env_of, name):
 @pytest.mark.parametrize("name", CATEGORIES)
 def test_the_agent_cannot_write_the_database_the_verifier_reads(worlds, name):
     record, root = worlds[name]
-    db = Database(root / record["database"])
+    db = Database(root / record.database)
     with pytest.raises(sqlite3.OperationalError, match="readonly"):
         db.query("DELETE FROM " + db.query("SELECT name FROM sqlite_master LIMIT 1")[0]["name"])
     db.close()

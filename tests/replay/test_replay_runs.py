@@ -19,15 +19,12 @@ from gemkit.synth.qa.verify import check_text
 from gemkit.synth.world import build_world
 from gemkit.testing import ReplayOpenAIServer
 from gemkit.tools.base import Tool, ToolResult
-from gemkit.tools.parsing import parse_action
+from gemkit.tools.calls import parse_action
 from gemkit.tools.search import SearchTool
 from gemkit.wrappers.context import SUMMARY_PROMPT
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real-model"
-pytestmark = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"the real-model recordings are not at {FIXTURES}"
-)
-EVAL = sorted(FIXTURES.glob("eval-*.jsonl")) if FIXTURES.is_dir() else []
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "real-model"
+EVAL = sorted(FIXTURES.glob("eval-*.jsonl"))
 
 #: fixture -> (env id, extra eval arguments it was recorded with)
 RUNS = {

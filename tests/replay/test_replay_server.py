@@ -13,10 +13,7 @@ from gemkit.llm import LLMClient
 from gemkit.testing import Exchange, ReplayOpenAIServer, Reply, load_exchanges
 from gemkit.wrappers.context import SUMMARY_PROMPT
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "real-model"
-needs_fixtures = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"the real-model recordings are not at {FIXTURES}"
-)
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "real-model"
 
 
 def chat(srv: ReplayOpenAIServer, messages: list[dict], **kw) -> object:
@@ -27,7 +24,6 @@ def chat(srv: ReplayOpenAIServer, messages: list[dict], **kw) -> object:
     return asyncio.run(go())
 
 
-@needs_fixtures
 def test_every_recording_loads_as_exchanges():
     exchanges = load_exchanges(sorted(FIXTURES.glob("*.jsonl")))
     kinds = {e.kind[:21] for e in exchanges}
@@ -35,7 +31,6 @@ def test_every_recording_loads_as_exchanges():
     assert {"summary", "", "You make trivia quest", "You build tool-use ta"} <= kinds
 
 
-@needs_fixtures
 def test_a_recorded_request_gets_its_recorded_reply_and_usage():
     path = FIXTURES / "synth-qa-exchanges.jsonl"
     row = json.loads(path.read_text().splitlines()[1])
@@ -47,7 +42,6 @@ def test_a_recorded_request_gets_its_recorded_reply_and_usage():
     assert srv.replay.served[0].how == "exact"
 
 
-@needs_fixtures
 def test_a_changed_request_gets_the_reply_to_the_most_similar_one_of_its_kind():
     path = FIXTURES / "synth-tasks-exchanges.jsonl"
     first = json.loads(path.read_text().splitlines()[1])

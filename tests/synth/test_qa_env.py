@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 import gemkit
-from gemkit.envs.qa.synth import load_synth_records, register_synth
+from gemkit.envs.qa.synthesized import load_synth_records
 from gemkit.errors import GemkitError
+from gemkit.synth.qa.builtin_set import register_synth
 from gemkit.synth.qa.run import RunConfig, read_records, run
 
 

@@ -105,10 +105,14 @@ VOWEL_SOUND = re.compile(r"\b(a|an) (\w+)", re.IGNORECASE)
 
 def grammar_problems(question: str) -> list[str]:
     problems = []
-    if not (question.startswith("Which ") and question.endswith("?") and question.count("?") == 1):
-        problems.append("not one 'Which ...?' question")
-    if re.search(r"\{|\}|  | ,|,,|\bthe the\b|\band and\b|\ba a\b", question, re.IGNORECASE):
+    asking = question.rsplit(". ", 1)[-1]
+    if not (re.match(r"(Which|What|Who) ", asking) and question.endswith("?")
+            and question.count("?") == 1):
+        problems.append("not one 'Which/What/Who ...?' question")
+    if re.search(r"\{|\}|  | ,|,,", question) or re.search(r"\b(\w+) \1\b", question, re.I):
         problems.append("template debris or doubled words")
+    if question.count(" where ") > 1:
+        problems.append("'where' inside 'where'")
     for det, word in VOWEL_SOUND.findall(question):
         if det.lower() != with_article(word).split()[0]:
             problems.append(f"{det} {word}")
@@ -148,7 +152,7 @@ def test_descriptions_never_loop_back_to_an_entity_already_replaced(grown_questi
         assert len(names) == len(set(names)), names
 
 
-def test_generated_questions_are_single_grammatical_which_questions(grown_questions):
+def test_generated_questions_are_single_grammatical_questions(grown_questions):
     grown_questions, _ = grown_questions
     assert len(grown_questions) > 60
     bad = {q: p for q in grown_questions if (p := grammar_problems(q))}

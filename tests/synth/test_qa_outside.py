@@ -22,8 +22,9 @@ SEED = {"question": "Which company did Arlen Voss found in 1951?", "answer": "Me
 DESCRIBE = {"Arlen Voss": "a man born in Dravon", "Dravon": "a city in Mereth"}
 
 
-def scripted_model(also_fits: bool = False):
-    """A model that follows each TASK of the outside agent with fixed, sensible moves."""
+def scripted_model(also_fits: bool = False, searches: int = 2):
+    """A model that follows each TASK of the outside agent with fixed, sensible moves; it
+    solves the question after `searches` searches."""
 
     def reply(body: dict):
         system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
@@ -45,7 +46,7 @@ def scripted_model(also_fits: bool = False):
         if task == "closed_book":
             return "Unknown Corp"
         if task == "solve":
-            if body["messages"][-1]["role"] == "tool":
+            if sum(m["role"] == "tool" for m in body["messages"]) >= searches:
                 return "Mereth Shipping"
             return Reply(tool_calls=[{"name": "search", "arguments": {"query": "Arlen Voss founded 1951"}}])
         raise AssertionError(task)
@@ -83,7 +84,10 @@ def test_an_outside_corpus_run_grows_and_verifies_a_seed_question(inputs, tmp_pa
     v = r["verification"]
     assert v["quality"]["grounded"] == "2/2" and v["quality"]["answer_follows"]
     assert v["difficulty"]["closed_book_correct"] == 0 and v["difficulty"]["tool_solver_success"]
-    assert v["difficulty"]["tool_calls"] == 1
+    assert v["difficulty"]["tool_calls"] == 2
+    assert v["shortcut"] == {"passed": True, "hops": 2, "min_tool_calls": 2, "reason": "",
+                             "sub_question_candidates": None, "one_hop_candidates": None,
+                             "one_search_hit": None}
     assert v["uniqueness"] == {"passed": True, "candidates": 1, "checked": ["Unknown Corp"],
                                "also_fit": [], "reason": ""}
     assert (tmp_path / "out" / "corpus.jsonl").read_text() == corpus.read_text()
@@ -96,6 +100,17 @@ def test_a_wrong_answer_the_model_says_also_fits_makes_the_question_ambiguous(in
     assert stats.kept == 0 and stats.rejected == {"uniqueness": 1}
     (rej,) = [json.loads(x) for x in (tmp_path / "out" / "rejected.jsonl").read_text().splitlines()]
     assert rej["reason"] == "'Unknown Corp' also fits"
+
+
+def test_a_question_the_model_with_tools_solves_in_fewer_calls_than_hops_is_a_shortcut(
+    inputs, tmp_path
+):
+    corpus, seeds = inputs
+    with ScriptedOpenAIServer(scripted_model(searches=1)) as srv:
+        stats = run(tmp_path / "out", config(srv, corpus, seeds), export=False)
+    assert stats.kept == 0 and stats.rejected == {"shortcut": 1}
+    (rej,) = [json.loads(x) for x in (tmp_path / "out" / "rejected.jsonl").read_text().splitlines()]
+    assert rej["reason"] == "the model with search needed 1 call for 2 hops"
 
 
 @pytest.mark.parametrize("old, new, span", [

@@ -7,8 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gemkit.synth.tasks import get_category, synthesize
-from gemkit.synth.tasks.base import Database
+from gemkit.synth.tasks import Database, get_category, synthesize
 from gemkit.synth.tasks.run import RunConfig, run_synthesis
 
 

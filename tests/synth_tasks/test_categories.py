@@ -9,11 +9,10 @@ import itertools
 import numpy as np
 import pytest
 
+from gemkit.envs.toolworld.baselines import parse_meeting_prompt, parse_shop_prompt
+from gemkit.envs.toolworld.meeting_scheduling import office_facts as _facts
 from gemkit.registry import spec
-from gemkit.synth.tasks import CATEGORIES, get_category, synthesize
-from gemkit.synth.tasks.base import Database
-from gemkit.synth.tasks.baselines import parse_meeting_prompt, parse_shop_prompt
-from gemkit.synth.tasks.meeting_scheduling import _facts
+from gemkit.synth.tasks import CATEGORIES, Database, get_category, synthesize
 from gemkit.synth.tasks.run import make_record
 
 ENV_IDS = {
@@ -131,8 +130,8 @@ def test_shopping_budget_and_diet_are_named(synthesized):
 
 @pytest.mark.parametrize("name", ["meeting_scheduling", "shopping_basket"])
 def test_env_plays_an_episode_with_the_baseline(synthesized, name, tmp_path):
+    from gemkit.envs.toolworld.baselines import baseline_for
     from gemkit.envs.toolworld.env import make_toolworld
-    from gemkit.synth.tasks.baselines import baseline_for
 
     cat = get_category(name)
     syn, db = synthesized[name][0]

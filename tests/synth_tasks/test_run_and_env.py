@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 import gemkit
-from gemkit.envs.toolworld.env import load_records, make_toolworld
+from gemkit.envs.toolworld.agent import parse_results
+from gemkit.envs.toolworld.baselines import baseline_for
+from gemkit.envs.toolworld.env import make_toolworld
 from gemkit.registry import spec
-from gemkit.synth.tasks.agent import parse_results
-from gemkit.synth.tasks.baselines import baseline_for
-from gemkit.synth.tasks.run import RunConfig, repair_jsonl, run_synthesis
+from gemkit.synth.tasks.builtin_sets import make_builtin
+from gemkit.synth.tasks.run import RunConfig, run_synthesis
 
 RECORD_KEYS = {
     "id", "category", "level", "database", "tools", "task", "constraints", "verifier",
@@ -85,13 +81,13 @@ def test_tool_results_reach_the_agent_as_data(trip_run):
 
 def test_builtin_set_is_generated_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("GEMKIT_CACHE_DIR", str(tmp_path))
-    env = make_toolworld("trip_planning", builtin_n=2)
+    env = make_builtin("trip_planning", builtin_n=2)
     obs, info = env.reset(seed=1)
     assert "Plan a" in obs
     folders = list((tmp_path / "toolworld").iterdir())
     assert len(folders) == 1 and (folders[0] / "tasks.jsonl").is_file()
     mtime = (folders[0] / "tasks.jsonl").stat().st_mtime
-    make_toolworld("trip_planning", builtin_n=2).reset(seed=2)
+    make_builtin("trip_planning", builtin_n=2).reset(seed=2)
     assert (folders[0] / "tasks.jsonl").stat().st_mtime == mtime
 
 
@@ -107,46 +103,7 @@ def test_baseline_is_weaker_than_the_reference(trip_tasks):
     assert cat.verify(db, syn.task, syn.reference_answer).passed
 
 
-def test_torn_last_line_is_dropped(tmp_path):
-    f = tmp_path / "x.jsonl"
-    f.write_text('{"id": 1}\n{"id": 2}\n{"id": 3, "tr')
-    assert [r["id"] for r in repair_jsonl(f)] == [1, 2]
-    assert f.read_text() == '{"id": 1}\n{"id": 2}\n'
-
-
-def _ids(folder: Path) -> list[str]:
-    return [r["id"] for r in load_records(folder)]
-
-
-def test_a_run_killed_mid_write_resumes_with_nothing_lost_or_duplicated(tmp_path):
-    args = dict(n=4, min_level=1, max_level=3, k=1, seed=9, export=False)
-    whole = run_synthesis(RunConfig(out=tmp_path / "whole", **args))
-    killed = tmp_path / "killed"
-    code = (
-        "from gemkit.synth.tasks.run import RunConfig, run_synthesis\n"
-        f"run_synthesis(RunConfig(out={str(killed)!r}, **{args!r}))\n"
-    )
-    proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
-    tasks = killed / "tasks.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        if tasks.exists() and tasks.read_text().count("\n") >= 1:
-            break
-        time.sleep(0.02)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    with tasks.open("a") as f:
-        f.write('{"id": "torn')  # as if killed inside a write
-    assert 1 <= len(repair_jsonl(tasks)) < 4
-    resumed = run_synthesis(RunConfig(out=killed, **args))
-    assert resumed.resumed >= 1
-    assert _ids(killed) == [r["id"] for r in whole.records]
-    assert [r["reference_answer"] for r in load_records(killed)] == [
-        r["reference_answer"] for r in whole.records
-    ]
-    assert sorted(p.name for p in (killed / "db").iterdir()) == sorted(
-        Path(r["database"]).name for r in whole.records
-    )
+# a killed run resumed (byte-equal to an uninterrupted one) and torn lines: tests/runstore/
 
 
 def test_parallel_workers_keep_the_same_tasks_as_one_worker(tmp_path):

@@ -10,15 +10,11 @@ import sqlite3
 import numpy as np
 import pytest
 
-from gemkit.synth.tasks import get_category
-from gemkit.synth.tasks.base import Database
-from gemkit.synth.tasks.trip_planning import (
-    DAY_KEYS,
-    _snapshot,
-    build_trip_database,
-    parse_trip_prompt,
-)
-from gemkit.synth.tasks.trip_planning_solution import DEFAULT_TIERS
+from gemkit.envs.toolworld.trip_planning import DAY_KEYS, parse_trip_prompt
+from gemkit.envs.toolworld.trip_planning import snapshot as _snapshot
+from gemkit.envs.toolworld.trip_rules import DEFAULT_TIERS
+from gemkit.synth.tasks import Database, get_category
+from gemkit.synth.tasks.trip_database import build_trip_database
 
 CAT = get_category("trip_planning")
 
@@ -67,11 +63,19 @@ def test_hardening_makes_valid_plans_rarer(trip_tasks):
                 assert after["n_valid_solutions"] < before["n_valid_solutions"]
 
 
-def test_level_two_is_the_published_tier_example(trip_tasks):
-    syn, _ = trip_tasks[0]
-    rules = syn.history[1]["spec"]["rules"]
-    assert rules == [{"type": "tier_rules", "days": [2], "tiers": DEFAULT_TIERS}]
-    assert syn.history[1]["spec"]["n_days"] == 3
+def test_level_one_carries_one_rule_that_only_a_tool_answers(trip_tasks):
+    for syn, _ in trip_tasks:
+        first = syn.history[0]
+        assert len(first["spec"]["rules"]) == 1
+        assert 0 < first["valid_fraction"] < 1
+
+
+def test_level_two_adds_the_published_tier_example(trip_tasks):
+    for syn, _ in trip_tasks:
+        rules = syn.history[1]["spec"]["rules"]
+        tier = {"type": "tier_rules", "days": [2], "tiers": DEFAULT_TIERS}
+        assert tier in rules and rules[0] == syn.history[0]["spec"]["rules"][0]
+        assert syn.history[1]["spec"]["n_days"] == 3
 
 
 def test_harder_tasks_add_the_tools_their_rules_need(trip_tasks):
@@ -83,7 +87,7 @@ def test_harder_tasks_add_the_tools_their_rules_need(trip_tasks):
 
 def test_count_is_exact_on_a_tiny_world(tmp_path):
     path = tmp_path / "tiny.sqlite"
-    build_trip_database(path, np.random.default_rng(10), n_cities=3)
+    build_trip_database(path, np.random.default_rng(11), n_cities=3)
     with sqlite3.connect(path) as conn:  # shrink it so every plan can be verified one by one
         for table, keep in (("hotels", 2), ("attractions", 2), ("restaurants", 3)):
             rows = conn.execute(f"SELECT name, city FROM {table} ORDER BY name").fetchall()

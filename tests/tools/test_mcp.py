@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -12,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import gymnasium
 import pytest
 from pydantic import ValidationError
 
@@ -362,3 +364,82 @@ def test_env_episode_uses_mcp_tools_through_make(transport):
         env.close()
         if proc is not None:
             stop(proc)
+
+
+# -- a third-party MCP server from PyPI, the missing extra, the JSON form of a tag call ---------
+
+TIME_SERVER = [sys.executable, "-m", "mcp_server_time", "--local-timezone", "UTC"]
+
+
+def _time_server_or_skip() -> list[str]:
+    pytest.importorskip("mcp_server_time", reason="needs mcp-server-time (in the dev extra)")
+    return TIME_SERVER
+
+
+class _TokyoClock(gymnasium.Env):
+    """A plain gymnasium env: convert 12:00 UTC to Tokyo time; the final answer is graded."""
+
+    observation_space = gymnasium.spaces.Text(10_000)
+    action_space = gymnasium.spaces.Text(10_000)
+
+    def reset(self, *, seed=None, options=None):
+        return "What time is it in Asia/Tokyo when it is 12:00 in UTC? Answer HH:MM.", {}
+
+    def step(self, action):
+        ok = action.strip() == "21:00"
+        return ("Correct." if ok else "Wrong."), float(ok), True, False, {"success": ok}
+
+
+def test_a_third_party_mcp_server_drives_an_env_episode():
+    from gemkit.tools.wrapper import wrap_with_tools
+
+    env = wrap_with_tools(_TokyoClock(), mcp=_time_server_or_skip())
+    try:
+        obs, info = env.reset()
+        names = {t["function"]["name"] for t in info["tools"]}
+        assert {"get_current_time", "convert_time"} <= names and "convert_time" in obs
+        call = (
+            '<tool_call>{"name": "convert_time", "arguments": {"source_timezone": "UTC", '
+            '"time": "12:00", "target_timezone": "Asia/Tokyo"}}</tool_call>'
+        )
+        obs, reward, terminated, _, info = env.step(call)
+        assert not terminated and info["tool_errors"] == 0 and "21:00" in obs
+        # one required string argument: the advertised JSON object form and the bare text
+        obs, *_, info = env.step('<get_current_time>{"timezone": "Asia/Tokyo"}</get_current_time>')
+        assert info["tool_errors"] == 0 and "Asia/Tokyo" in obs, obs
+        obs, *_, info = env.step("<get_current_time>Europe/Paris</get_current_time>")
+        assert info["tool_errors"] == 0 and "Europe/Paris" in obs, obs
+        obs, reward, terminated, _, info = env.step("21:00")
+        assert (reward, terminated, info["success"]) == (1.0, True, True)
+    finally:
+        env.close()
+
+
+def test_without_the_mcp_extra_the_message_comes_at_once():
+    code = (
+        "import json, sys; sys.modules['mcp'] = None\n"
+        "import gemkit\n"
+        "try:\n    gemkit.make('toy:Copy-v0', mcp=['python', 'server.py'])\n"
+        "except gemkit.GemkitError as e:\n    print(json.dumps(str(e)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    # raised while building the env: no server started, no handshake waited for
+    assert "pip install 'gemkit[mcp]'" in json.loads(out.stdout.strip()), out.stderr[-2000:]
+
+
+def test_a_json_object_fills_any_tools_arguments_in_a_tag():
+    from gemkit.tools.calls import parse_action
+    from gemkit.tools.function import tool
+
+    @tool
+    def lookup(query: str, limit: int = 3) -> str:
+        """Look something up."""
+        return query
+
+    tools = {"lookup": lookup}
+    parsed = parse_action('<lookup>{"query": "x y", "limit": 2}</lookup>', tools)
+    assert parsed.items[0].arguments == {"query": "x y", "limit": 2}
+    # JSON that is not an object of this tool's arguments is the text argument, as before
+    for text in ('{"other": 1}', "{not json}", '{"limit": 2}', "plain words"):
+        parsed = parse_action(f"<lookup>{text}</lookup>", tools)
+        assert parsed.items[0].arguments == {"query": text}, text

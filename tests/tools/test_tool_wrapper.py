@@ -542,9 +542,10 @@ def test_unknown_or_unavailable_tool_names_are_clear_errors(monkeypatch):
         wrap_with_tools(Quiz(), [add, add])
 
 
-def test_mcp_import_failure_is_a_clear_error(monkeypatch):
-    monkeypatch.setitem(sys.modules, "gemkit.tools.mcp", None)
-    with pytest.raises(ToolError, match=r"MCP tools need the `mcp` extra"):
+def test_a_missing_mcp_sdk_is_said_when_the_env_is_built(monkeypatch):
+    # the SDK missing: the wrapper refuses at once, before any server starts or handshake
+    monkeypatch.setitem(sys.modules, "mcp", None)
+    with pytest.raises(GemkitError, match=r"pip install 'gemkit\[mcp\]'"):
         wrap_with_tools(Quiz(), mcp="npx some-server")
 
 

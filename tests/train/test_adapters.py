@@ -1,20 +1,24 @@
-"""verl and OpenRLHF adapters, tested against their documented interfaces.
+"""verl and OpenRLHF adapters, tested against their documented interfaces and real packages.
 
-Neither trainer installs here (both need CUDA, vLLM and ray): the pure episode logic runs with
-a scripted generator and a word-level tokenizer; the trainer-bound classes are checked only
-where the trainer is importable.
+The pure episode logic runs with a scripted generator and a word-level tokenizer; the
+trainer-bound classes run against verl and OpenRLHF themselves, installed `--no-deps` plus
+their light dependencies (`make trainers`: neither needs CUDA or vLLM to import its agent
+API). CI sets GEMKIT_REQUIRE_TRAINERS, so a missing trainer fails there instead of skipping.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 import gemkit
 from gemkit.errors import GemkitError
+from gemkit.integrations.episode_tokens import reply_ids
 from gemkit.integrations.openrlhf import agent_instance_class, parse_label, prompts_jsonl
-from gemkit.integrations.tokens import reply_ids
 from gemkit.integrations.verl import _env_of, _token_output, play_episode, verl_rows
 
 pytest.importorskip("tokenizers", reason="needs the `train` extra (tokenizers, transformers)")
@@ -29,6 +33,17 @@ ENV = "toy:Copy-v0"
 def tok():
     text = env_text(ENV, episodes=8)
     return word_tokenizer(text.observations, text.actions)
+
+
+def _require(module: str) -> None:
+    """Import `module`, or skip (a failure under GEMKIT_REQUIRE_TRAINERS) with the reason."""
+    try:
+        __import__(module)
+    except ImportError as e:
+        why = f"{module} cannot be imported ({e}); `make trainers` installs verl and OpenRLHF"
+        if os.environ.get("GEMKIT_REQUIRE_TRAINERS"):  # CI: a silent skip would hide a break
+            pytest.fail(f"GEMKIT_REQUIRE_TRAINERS is set but {why}", pytrace=False)
+        pytest.skip(why)
 
 
 def _scripted(tok, answers):
@@ -119,10 +134,7 @@ def test_verl_token_output_accepts_both_server_answers():
 
 
 async def test_verl_agent_loop_runs_a_row_with_verls_own_classes(tok):
-    pytest.importorskip(
-        "verl", reason="verl is not installed here (its deps pin an older transformers); the "
-        "loop logic is tested above through play_episode"
-    )  # fmt: skip
+    _require("verl.experimental.agent_loop.agent_loop")
     from omegaconf import OmegaConf
     from verl.experimental.agent_loop.agent_loop import AgentLoopOutput, _agent_loop_registry
     from verl.workers.rollout.replica import TokenOutput
@@ -152,6 +164,7 @@ async def test_verl_agent_loop_runs_a_row_with_verls_own_classes(tok):
 async def test_openrlhf_agent_replays_the_labelled_episode_and_frames_feedback(tmp_path):
     path = prompts_jsonl(ENV, 2, tmp_path / "prompts.jsonl", seed=5)
     row = json.loads(path.read_text().splitlines()[1])
+    _require("openrlhf.utils.agent")
     agent = agent_instance_class()()
     first = await agent.reset({"observation": row["input"], "label": row["label"]})
     assert row["input"] in first["observation"]
@@ -166,6 +179,7 @@ async def test_openrlhf_agent_replays_the_labelled_episode_and_frames_feedback(t
 
 
 def test_openrlhf_labels_must_name_an_env():
+    _require("openrlhf.utils.agent")
     assert parse_label('{"env_id": "toy:Copy-v0", "seed": 3}')["seed"] == 3
     with pytest.raises(GemkitError, match="prompts_jsonl"):
         parse_label("42")
@@ -174,10 +188,7 @@ def test_openrlhf_labels_must_name_an_env():
 
 
 async def test_openrlhfs_own_multi_turn_executor_plays_the_agent(tok, tmp_path):
-    pytest.importorskip(
-        "openrlhf", reason="OpenRLHF is not installed here (it pulls vLLM, ray and deepspeed); "
-        "the agent logic is tested above through reset/step"
-    )  # fmt: skip
+    _require("openrlhf.utils.agent")
     from types import SimpleNamespace
 
     from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
@@ -199,3 +210,44 @@ async def test_openrlhfs_own_multi_turn_executor_plays_the_agent(tok, tmp_path):
         row["input"], row["label"], SimpleNamespace(logprobs=None, max_tokens=8), 256, tok, Engine()
     )
     assert result["reward"] == 3.0 and len(result["action_ranges"]) == 3
+
+
+def _import_with(blocked: str, code: str) -> str:
+    """Run `code` in a fresh interpreter where `blocked` cannot be imported; return its stdout."""
+    program = f"import sys; sys.modules[{blocked!r}] = None\n{code}"
+    out = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=300
+    )
+    return out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(
+    ("blocked", "package"),
+    [("verl", "verl"), ("orjson", "orjson"), ("cachetools", "cachetools"), ("ray", "ray")],
+)
+def test_verl_agent_loop_names_the_missing_package(blocked, package):
+    _require("verl.experimental.agent_loop.agent_loop")
+    out = _import_with(
+        blocked,
+        "from gemkit.integrations.requires import MissingDependencyError\n"
+        "try:\n    from gemkit.integrations.verl import GemkitAgentLoop\n"
+        "except MissingDependencyError as e:\n    print('RAISED', e)\n",
+    )
+    assert "RAISED gemkit.integrations.verl.GemkitAgentLoop needs verl" in out, out[-2000:]
+    assert f"pip install {package}" in out
+
+
+@pytest.mark.parametrize(
+    ("blocked", "package"), [("openrlhf", "openrlhf"), ("pylatexenc", "pylatexenc")]
+)
+def test_openrlhf_agent_class_names_the_missing_package(blocked, package):
+    _require("openrlhf.utils.agent")
+    out = _import_with(
+        blocked,
+        "from gemkit.integrations.openrlhf import agent_instance_class\n"
+        "from gemkit.integrations.requires import MissingDependencyError\n"
+        "try:\n    agent_instance_class('toy:Copy-v0')\n"
+        "except MissingDependencyError as e:\n    print('RAISED', e)\n",
+    )
+    assert "RAISED agent_instance_class() needs openrlhf" in out, out[-2000:]
+    assert f"pip install {package}" in out

@@ -100,12 +100,8 @@ def test_an_unreachable_server_is_a_clear_error():
 
 
 def test_serve_env_parser_registers_the_env_target():
-    import argparse
+    from gemkit.cli import build_parser
 
-    from gemkit.integrations.http_env import add_env_parser
-
-    parser = argparse.ArgumentParser()
-    add_env_parser(parser.add_subparsers(dest="target"))
-    args = parser.parse_args(["env", "toy:Copy-v0", "--port", "8123"])
+    args = build_parser().parse_args(["serve", "env", "toy:Copy-v0", "--port", "8123"])
     assert (args.env_id, args.port, args.host) == ("toy:Copy-v0", 8123, "127.0.0.1")
     assert callable(args.serve)

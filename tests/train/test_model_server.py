@@ -28,7 +28,7 @@ from gemkit.train.model_server import (  # noqa: E402
     load_engine,
     state_bytes,
 )
-from gemkit.train.tokens import pack, token_logprobs  # noqa: E402
+from gemkit.train.sequences import pack, token_logprobs  # noqa: E402
 
 ENV = "toy:Copy-v0"
 

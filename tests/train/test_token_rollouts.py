@@ -204,7 +204,7 @@ def test_an_episode_without_tokens_is_refused_by_the_export():
 
 @pytest.mark.parametrize("text", ["Correct. Word: apple", f"x {CALL} <|im_end|> y", "", " a\n\nb "])
 def test_env_and_markup_text_encode_exactly_as_the_tokenizer_does(tok, text):
-    from gemkit.integrations.tokens import _markup_ids, text_ids
+    from gemkit.integrations.episode_tokens import _markup_ids, text_ids
 
     for _ in range(2):  # the wrapper leaves its split flag set after a call: no influence
         assert text_ids(tok, text) == tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]  # fmt: skip
@@ -212,7 +212,7 @@ def test_env_and_markup_text_encode_exactly_as_the_tokenizer_does(tok, text):
 
 
 def test_tokens_added_to_the_tokenizer_are_seen_by_the_fast_path():
-    from gemkit.integrations.tokens import text_ids
+    from gemkit.integrations.episode_tokens import text_ids
 
     tok = chatml_bpe_tokenizer(["apple river"] * 20)
     before = text_ids(tok, "zebra")

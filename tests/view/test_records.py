@@ -59,7 +59,8 @@ def test_new_messages_are_those_after_the_last_assistant_message(tool_episodes):
 
 
 def test_a_text_episode_from_run_out_reads_with_its_figures(demo):
-    raw = lines(next(demo.glob("episodes-game_Sudoku*.jsonl")))[0]
+    # `gemkit run --out DIR` (the demo's games) writes every id's episodes to DIR/episodes.jsonl
+    raw = next(r for r in lines(demo / "episodes.jsonl") if r["env_id"] == "game:Sudoku-v0-easy")
     ep = read_episode(raw)
     assert ep["env_id"] == "game:Sudoku-v0-easy" and ep["success"] is True
     assert ep["num_turns"] == raw["num_turns"] and ep["total_reward"] == raw["total_reward"]
@@ -73,7 +74,7 @@ def test_datasets_exports_of_rollouts_read_like_the_jsonl(tool_episodes, tmp_pat
     per_episode = to_dataset(episodes, per="episode")
     per_turn = to_dataset(episodes, per="turn")
     want = read_episode(jsonl[1])
-    got = read_episode(per_episode[1])
+    got = read_episode(KINDS["episodes"].arrow(per_episode[1]))  # as the store reads a row
     assert got["turns"] == want["turns"]
     rows = [r for r in per_turn if r["episode"] == 1]
     grouped = read_turn_rows(rows[::-1])  # any order: the reader sorts by turn
@@ -96,7 +97,7 @@ def test_a_qa_record_replays_each_edit_on_the_seed_question(demo):
     # the agent words the final question from its logical form: shown as a last step
     if question != raw["question"]:
         assert qa["final_wording"] == (question, raw["question"])
-    assert [s for s, _ in qa["verification"]] == ["quality", "difficulty", "uniqueness"]
+    assert [s for s, _ in qa["verification"]] == ["quality", "difficulty", "uniqueness", "shortcut"]
     assert qa["facts"] == raw["supporting_facts"] and qa["stage"] == "kept"
 
 
@@ -112,7 +113,7 @@ def test_the_qa_datasets_export_reads_like_qa_jsonl(demo):
     ds = datasets.load_from_disk(str(demo / "synth-qa" / "dataset"))
     by_id = {r["id"]: r for r in lines(demo / "synth-qa" / "qa.jsonl")}
     for row in ds:
-        got, want = read_qa(row), read_qa(by_id[row["id"]])
+        got, want = read_qa(KINDS["qa"].arrow(row)), read_qa(by_id[row["id"]])
         for key in ("question", "steps", "facts", "verification", "final_wording", "seed"):
             assert got[key] == want[key], key
 
@@ -134,10 +135,10 @@ def test_the_tasks_datasets_export_reads_like_tasks_jsonl(demo, tmp_path):
     records = lines(demo / "synth-tasks" / "tasks.jsonl")
     folder = export_datasets(tmp_path, records)
     for row, raw in zip(datasets.load_from_disk(str(folder)), records, strict=True):
-        got, want = read_task(row), read_task(raw)
+        got, want = read_task(KINDS["tasks"].arrow(row)), read_task(raw)
         for key in ("prompt", "tools", "reference_answer", "stats", "history", "spec"):
             assert got[key] == want[key], key
-        assert task_record(row)["task"] == raw["task"]
+        assert task_record(KINDS["tasks"].arrow(row))["task"] == raw["task"]
 
 
 def test_unknown_fields_are_kept_and_missing_ones_are_not_errors():

@@ -89,7 +89,7 @@ def test_a_task_page_shows_the_verifier_verdict_on_the_reference_answer(viewer, 
     assert count(rows) == len(kept)
     page = get(viewer.url, "/record?c=synth-tasks/tasks&r=0").text
     assert 'The verifier on the reference answer: <span class="badge ok">passed</span>' in page
-    assert "gemkit.synth.tasks.trip_planning:TripPlanning.verify" in page
+    assert "gemkit.envs.toolworld.trip_planning:TripPlanning.verify" in page
     assert page.count('<span class="badge ok">met</span>') >= len(kept[0]["constraints"])
     assert "def solve(" in page, "the reference solution's source"
     assert "get_all_cities" in page and "rows</span>" in page, "tools and the database"

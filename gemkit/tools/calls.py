@@ -21,7 +21,7 @@ attempt. A *call attempt* is, outside `<think>...</think>` reasoning:
 - `fence` (off by default: code tasks answer in fenced blocks): a ```python block, run by
   the `python` tool.
 
-Nothing here raises on model output: every problem becomes a `ParseError` whose message says
+Nothing here raises on model output: every problem becomes a `MalformedCall` whose message says
 what was wrong and shows the expected format.
 """
 
@@ -61,7 +61,7 @@ class ToolCall:
 
 
 @dataclass
-class ParseError:
+class MalformedCall:
     """A malformed call attempt; `message` says what was wrong and the expected format.
 
     `kind` is one of `json`, `unknown_tool`, `arguments`, `unclosed`, `unopened`, `format`,
@@ -80,7 +80,7 @@ class ParseError:
 class ParsedAction:
     """The calls and errors of one action in order, or its final answer when it has neither."""
 
-    items: list[ToolCall | ParseError]
+    items: list[ToolCall | MalformedCall]
     answer: str | None
 
     @property
@@ -89,9 +89,9 @@ class ParsedAction:
         return [i for i in self.items if isinstance(i, ToolCall)]
 
     @property
-    def errors(self) -> list[ParseError]:
+    def errors(self) -> list[MalformedCall]:
         """The malformed call attempts."""
-        return [i for i in self.items if isinstance(i, ParseError)]
+        return [i for i in self.items if isinstance(i, MalformedCall)]
 
     @property
     def has_calls(self) -> bool:
@@ -258,9 +258,9 @@ def _check_call(
     raw: str,
     fmt: str,
     call_id: str | None = None,
-) -> ToolCall | ParseError:
+) -> ToolCall | MalformedCall:
     if not isinstance(name, str) or not name:
-        return ParseError(
+        return MalformedCall(
             f"the call has no tool name (got {_clip(json.dumps(name, default=str), 40)}). "
             f"Expected: {_generic_example(tools, fmt)}",
             raw,
@@ -273,7 +273,7 @@ def _check_call(
         close = difflib.get_close_matches(name, list(tools), n=1)
         hint = f" Did you mean '{close[0]}'?" if close else ""
         available = ", ".join(sorted(tools)) or "(none)"
-        return ParseError(
+        return MalformedCall(
             f"unknown tool '{_clip(name, 60)}'.{hint} Available tools: {available}.",
             raw,
             "unknown_tool",
@@ -282,7 +282,7 @@ def _check_call(
             format=fmt,
         )
     if not isinstance(arguments, dict):
-        return ParseError(
+        return MalformedCall(
             f"arguments of {name} must be a JSON object, got "
             f"{_clip(json.dumps(arguments, ensure_ascii=False, default=str), 60)}. "
             f"Expected: {example_call(tool, fmt)}",
@@ -295,7 +295,7 @@ def _check_call(
     try:
         args = tool.Args.model_validate(arguments)
     except ValidationError as e:
-        return ParseError(
+        return MalformedCall(
             f"wrong arguments for {name}: {summarize_validation(e)}. "
             f"Expected {signature(tool)}, e.g. {example_call(tool, fmt)}",
             raw,
@@ -345,11 +345,11 @@ def _load_json(text: str, what: str) -> tuple[Any, str | None]:
 
 def _hermes_items(
     tools: dict[str, Tool], content: str, raw: str, fmt: str = "hermes"
-) -> list[ToolCall | ParseError]:
+) -> list[ToolCall | MalformedCall]:
     data, err = _load_json(content.strip(), "<tool_call>")
     if err is not None:
         return [
-            ParseError(
+            MalformedCall(
                 f"{err}\nExpected: {_generic_example(tools, 'hermes')}", raw, "json", format=fmt
             )
         ]
@@ -358,7 +358,7 @@ def _hermes_items(
 
 def _call_objects(
     tools: dict[str, Tool], data: Any, raw: str, fmt: str
-) -> list[ToolCall | ParseError]:
+) -> list[ToolCall | MalformedCall]:
     """The calls in decoded JSON: one `{"name", "arguments"}` object or a list of them."""
 
     # examples are built only on error paths: they need the JSON schema, which is slow
@@ -367,13 +367,13 @@ def _call_objects(
 
     many = isinstance(data, list) and data and all(isinstance(d, dict) for d in data)
     objects = data if many else [data]
-    out: list[ToolCall | ParseError] = []
+    out: list[ToolCall | MalformedCall] = []
     for obj in objects:
         if isinstance(obj, dict) and isinstance(obj.get("function"), dict):
             obj = obj["function"]  # the OpenAI wire form {"type": "function", "function": {...}}
         if not isinstance(obj, dict):
             out.append(
-                ParseError(
+                MalformedCall(
                     'a call must be a JSON object with "name" and "arguments", got '
                     f"{_clip(json.dumps(obj, ensure_ascii=False, default=str), 60)}. "
                     f"Expected: {expected()}",
@@ -390,7 +390,7 @@ def _call_objects(
             arguments, err = _load_json(arguments or "{}", f'the "arguments" string of {name}')
             if err is not None:
                 out.append(
-                    ParseError(f"{err}\nExpected: {expected()}", raw, "json", name, format=fmt)
+                    MalformedCall(f"{err}\nExpected: {expected()}", raw, "json", name, format=fmt)
                 )
                 continue
         out.append(_check_call(tools, name, arguments, raw=raw, fmt=fmt))
@@ -399,16 +399,20 @@ def _call_objects(
 
 def _tag_items(
     tools: dict[str, Tool], name: str, content: str, raw: str
-) -> list[ToolCall | ParseError]:
+) -> list[ToolCall | MalformedCall]:
     tool = tools[name]
     field_name = tag_field(tool)
     if field_name is not None:
-        return [_check_call(tools, name, {field_name: _trim(content)}, raw=raw, fmt="tag")]
+        # the advertised JSON form too: `<git_status>{"repo_path": "."}</git_status>`
+        arguments = _json_arguments(tool, content)
+        if arguments is None:
+            arguments = {field_name: _trim(content)}
+        return [_check_call(tools, name, arguments, raw=raw, fmt="tag")]
     data, err = _load_json(content.strip(), f"<{name}>")
     if err is not None or not isinstance(data, dict):
         why = err or "its content must be a JSON object of arguments."
         return [
-            ParseError(
+            MalformedCall(
                 f"{name} takes arguments {signature(tool)}; {why}\n"
                 f"Expected: {example_call(tool, 'tag')}",
                 raw,
@@ -418,6 +422,24 @@ def _tag_items(
             )
         ]
     return [_check_call(tools, name, data, raw=raw, fmt="tag")]
+
+
+def _json_arguments(tool: Tool, content: str) -> dict[str, Any] | None:
+    """The arguments when a tag's content is a JSON object of this tool's arguments, else None.
+
+    Only an object whose keys are all argument names, the required ones included, counts: any
+    other text (code that happens to be JSON, a query in braces) fills the tag field as is.
+    """
+    text = content.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    data, err = _load_json(text, "the tag")
+    if err is not None or not isinstance(data, dict) or not data:
+        return None
+    fields = tool.Args.model_fields
+    names = {f.alias or n for n, f in fields.items()} | set(fields)
+    required = {f.alias or n for n, f in fields.items() if f.is_required()}
+    return data if set(data) <= names and required <= set(data) else None
 
 
 def _trim(content: str) -> str:
@@ -448,7 +470,7 @@ _MISTRAL_NAMED = re.compile(r"\s*(?P<name>[A-Za-z_][\w.-]{0,127})\[ARGS\]")
 _PYTHONIC_START = re.compile(r"\[?\s*(?P<name>[A-Za-z_]\w*)\s*\(")
 _LITERAL_LIMIT = 100_000  # longest Python-literal call text tried (literal_eval is not linear)
 
-Span = tuple[int, int, list[ToolCall | ParseError]]
+Span = tuple[int, int, list[ToolCall | MalformedCall]]
 
 
 def _scanner(
@@ -476,7 +498,7 @@ def _scanner(
 def _fence_span(tools: dict[str, Tool], body: str, m: re.Match[str]) -> Span:
     end = body.find("```", m.end())
     if end < 0:
-        error = ParseError(
+        error = MalformedCall(
             "missing closing ``` after ```python. Expected:\n```python\n...\n```",
             _clip(body[m.start() :]),
             "unclosed",
@@ -495,7 +517,7 @@ def _tag_span(tools: dict[str, Tool], body: str, m: re.Match[str]) -> Span:
     fmt = "hermes" if tag == "tool_call" else "tag"
     owner = None if fmt == "hermes" else tag
     if m.group("close"):
-        error = ParseError(
+        error = MalformedCall(
             f"found </{tag}> without an opening <{tag}>. Expected: {_tag_example(tools, tag)}",
             m.group(0),
             "unopened",
@@ -506,7 +528,7 @@ def _tag_span(tools: dict[str, Tool], body: str, m: re.Match[str]) -> Span:
     close = f"</{tag}>"
     end = body.find(close, m.end())
     if end < 0:
-        error = ParseError(
+        error = MalformedCall(
             f"missing closing tag {close} after <{tag}>. Expected: {_tag_example(tools, tag)}",
             _clip(body[m.start() :]),
             "unclosed",
@@ -575,7 +597,7 @@ def _llama_span(tools: dict[str, Tool], body: str, m: re.Match[str], work: _Work
             return (
                 m.start(),
                 close + 11,
-                [ParseError(f"{err}\nExpected: {expected}", raw, "json", name, format="llama")],
+                [MalformedCall(f"{err}\nExpected: {expected}", raw, "json", name, format="llama")],
             )
         return m.start(), close + 11, [_check_call(tools, name, data, raw=raw, fmt="llama")]
     decoded = work.decode(body, m.end())
@@ -586,7 +608,7 @@ def _llama_span(tools: dict[str, Tool], body: str, m: re.Match[str], work: _Work
             end,
             [_check_call(tools, name, data, raw=body[m.start() : end], fmt="llama")],
         )
-    error = ParseError(
+    error = MalformedCall(
         f"missing </function> after <function={_clip(name, 60)}>. Expected: "
         f'<function={name}>{{"<argument>": ...}}</function>',
         _clip(body[m.start() :]),
@@ -603,13 +625,13 @@ def _mistral_span(tools: dict[str, Tool], body: str, m: re.Match[str], work: _Wo
     if decoded is not None and isinstance(decoded[0], (list, dict)):
         data, end = decoded
         return m.start(), end, _call_objects(tools, data, body[m.start() : end], "mistral")
-    items: list[ToolCall | ParseError] = []
+    items: list[ToolCall | MalformedCall] = []
     pos = m.end()
     while (named := _MISTRAL_NAMED.match(body, pos)) is not None:
         args = work.decode(body, named.end())
         if args is None:
             items.append(
-                ParseError(
+                MalformedCall(
                     f"malformed JSON arguments after {named.group('name')}[ARGS]. Expected: "
                     f"{_generic_example(tools, 'hermes')}",
                     _clip(body[m.start() :]),
@@ -624,7 +646,7 @@ def _mistral_span(tools: dict[str, Tool], body: str, m: re.Match[str], work: _Wo
         items.append(_check_call(tools, named.group("name"), data, raw=raw, fmt="mistral"))
     if items:
         return m.start(), pos, items
-    error = ParseError(
+    error = MalformedCall(
         "after [TOOL_CALLS] came no call: expected a JSON list of "
         '{"name": ..., "arguments": {...}} objects. Expected: '
         f"{_generic_example(tools, 'hermes')}",
@@ -723,13 +745,13 @@ def _call_shape(obj: dict[str, Any], tools: dict[str, Tool]) -> str | None:
     return None
 
 
-def _ambiguous(tools: dict[str, Tool], obj: dict[str, Any], raw: str) -> ParseError:
+def _ambiguous(tools: dict[str, Tool], obj: dict[str, Any], raw: str) -> MalformedCall:
     name = next(
         v
         for k in ("name", "tool", "tool_name", "function")
         if isinstance(v := obj.get(k), str) and v in tools
     )
-    return ParseError(
+    return MalformedCall(
         f"this JSON names the tool {name} but is not a call gemkit can run (a JSON call has "
         'exactly "name" and "arguments"). To call it, write '
         f"{example_call(tools[name], 'hermes')}; to answer, reply without a tool's JSON.",
@@ -762,7 +784,7 @@ def _json_span(
                 return None
             end = _balanced_end(body, start, hi, work) or hi
             _, err = _load_json(body[start:end], f"the call of {tool_name}")
-            error = ParseError(
+            error = MalformedCall(
                 f"{err}\nExpected: {example_call(tools[tool_name], 'hermes')}",
                 _clip(body[start:end]),
                 "json",
@@ -824,14 +846,14 @@ def _pythonic_span(tools: dict[str, Tool], body: str) -> list[Span]:
         isinstance(c, ast.Call) and isinstance(c.func, ast.Name) for c in calls
     ):
         return []
-    items: list[ToolCall | ParseError] = []
+    items: list[ToolCall | MalformedCall] = []
     for c in calls:
         name = c.func.id  # type: ignore[attr-defined]
         raw = ast.get_source_segment(text, c) or text
         args, problem = _pythonic_args(tools.get(name), c)
         if problem:
             items.append(
-                ParseError(
+                MalformedCall(
                     f"{name}(...): {problem}. Expected: {_generic_example(tools, 'hermes')}",
                     _clip(raw),
                     "arguments",
@@ -897,8 +919,8 @@ def _message_text(content: Any) -> str:
     return str(content)
 
 
-def _openai_items(tools: dict[str, Tool], tool_calls: list[Any]) -> list[ToolCall | ParseError]:
-    out: list[ToolCall | ParseError] = []
+def _openai_items(tools: dict[str, Tool], tool_calls: list[Any]) -> list[ToolCall | MalformedCall]:
+    out: list[ToolCall | MalformedCall] = []
     for tc in tool_calls:
         if hasattr(tc, "model_dump"):
             tc = tc.model_dump()
@@ -908,7 +930,7 @@ def _openai_items(tools: dict[str, Tool], tool_calls: list[Any]) -> list[ToolCal
         call_id = call_id if isinstance(call_id, str) else None
         if not isinstance(fn, dict):
             out.append(
-                ParseError(
+                MalformedCall(
                     'each entry of tool_calls needs a "function" object with "name" and '
                     f'"arguments". Expected: {_generic_example(tools, "openai")}',
                     raw,
@@ -924,7 +946,7 @@ def _openai_items(tools: dict[str, Tool], tool_calls: list[Any]) -> list[ToolCal
             arguments, err = _load_json(arguments or "{}", f'the "arguments" string of {name}')
             if err is not None:
                 out.append(
-                    ParseError(
+                    MalformedCall(
                         f'{err}\n"arguments" must be a JSON object encoded as a string.',
                         raw,
                         "json",

@@ -14,13 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from gemkit.synth.tasks import meeting_scheduling_solution as meeting_rules
-from gemkit.synth.tasks import shopping_basket_solution as shop_rules
-from gemkit.synth.tasks import trip_planning_solution as trip_rules
-from gemkit.synth.tasks.agent import GeneratorAgent, Plan, ToolError
-from gemkit.synth.tasks.meeting_scheduling import DAYS as MEETING_DAYS
-from gemkit.synth.tasks.meeting_scheduling import HOURS as MEETING_HOURS
-from gemkit.synth.tasks.trip_planning import parse_trip_prompt
+from gemkit.envs.toolworld import basket_rules as shop_rules
+from gemkit.envs.toolworld import meeting_rules, trip_rules
+from gemkit.envs.toolworld.agent import GeneratorAgent, Plan, ToolError
+from gemkit.envs.toolworld.meeting_tools import DAYS as MEETING_DAYS
+from gemkit.envs.toolworld.meeting_tools import HOURS as MEETING_HOURS
+from gemkit.envs.toolworld.trip_planning import parse_trip_prompt
 
 
 class TripBaseline(GeneratorAgent):

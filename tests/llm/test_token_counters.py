@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gemkit.llm.tokens import (
+from gemkit.llm.token_counters import (
     MESSAGE_OVERHEAD,
     FunctionTokenCounter,
     HeuristicTokenCounter,

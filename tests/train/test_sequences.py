@@ -11,8 +11,8 @@ from gemkit.train.args import parse_args
 torch = pytest.importorskip("torch", reason="needs the `train` extra (torch, transformers)")
 pytest.importorskip("transformers", reason="needs the `train` extra (torch, transformers)")
 
+from gemkit.train.sequences import pack, policy_loss, sample, token_logprobs  # noqa: E402
 from gemkit.train.tiny import tiny_policy, word_tokenizer  # noqa: E402
-from gemkit.train.tokens import pack, policy_loss, sample, token_logprobs  # noqa: E402
 
 
 def test_pack_masks_prompt_and_padding_out_of_the_loss():

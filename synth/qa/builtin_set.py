@@ -3,15 +3,14 @@
     env = gemkit.make("qa:Synth-v0", path="runs/qa")     # a `gemkit synth qa` run folder
     env = gemkit.make("qa:Synth-v0")                      # a small set, built once and cached
 
-The env is a `QAEnv` over the run's records (answer + aliases, exact match or F1) wrapped with
-the `search` and `access` tools over the run's own corpus, so the facts a question needs are
-one search away and nowhere else.
+Synthesis registers the id (through the `gemkit.envs` entry point `qa.synth`) because it
+needs synthesized records; the env itself is `gemkit.envs.qa.synthesized`, which never
+imports synth.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Iterator
@@ -45,7 +44,9 @@ def _locked(folder: Path) -> Iterator[None]:
     except ImportError:  # not POSIX: no lock (the run itself still resumes safely alone)
         yield
         return
-    with (folder / ".lock").open("w") as f:
+    # not the run store's `.lock`: the run locks that itself, and a second flock on it from
+    # this process would find it taken
+    with (folder / ".default-set.lock").open("w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -67,38 +68,6 @@ def default_set(folder: str | os.PathLike[str] | None = None, **overrides: Any) 
     return out
 
 
-def load_synth_records(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], Path | None]:
-    """Records of a run folder or qa.jsonl file as `{id, question, answer, aliases}`, and its corpus."""
-    path = Path(path).expanduser()
-    qa = path / "qa.jsonl" if path.is_dir() else path
-    if not qa.is_file():
-        raise GemkitError(
-            f"{str(path)!r} is not a synth QA run: expected a folder made by `gemkit synth qa "
-            "--out DIR` (holding qa.jsonl and corpus.jsonl) or a qa.jsonl file"
-        )
-    records = []
-    with qa.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-                records.append(
-                    {
-                        "id": r["id"],
-                        "question": r["question"],
-                        "answer": r["answer"],
-                        "aliases": list(r.get("answer_aliases") or []),
-                    }
-                )
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                if n > 1 and not line.endswith("\n"):
-                    break  # a run still writing (or killed mid-line): its last line is torn
-                raise GemkitError(f"{qa}, line {n}: not a synth QA record ({e})") from None
-    corpus = qa.parent / "corpus.jsonl"
-    return records, corpus if corpus.is_file() else None
-
-
 def synth(
     path: str | os.PathLike[str] | None = None,
     *,
@@ -110,34 +79,27 @@ def synth(
     **set_options: Any,
 ) -> Any:
     """`qa:Synth-v0`: a QA env over a synthesized set, with search/access over its corpus."""
-    from gemkit.envs.qa.env import QAEnv
+    from gemkit.envs.qa.synthesized import synthesized_env
 
     if path is None:
         path = default_set(**set_options)
     elif set_options:
         raise GemkitError(f"options {sorted(set_options)} only apply to the default set (no path=)")
-    records, found = load_synth_records(path)
-    corpus = corpus or found
-    env = QAEnv(records, reward=reward, corpus_path=corpus)
-    if not tools:
-        return env
-    if corpus is None:
-        raise GemkitError(
-            f"no corpus.jsonl next to {path}; pass corpus='docs.jsonl' or tools=False"
-        )
-    from gemkit.tools.search import search_tools
-    from gemkit.tools.wrapper import ToolEnvWrapper
-
-    return ToolEnvWrapper(env, search_tools(corpus, topk=topk), max_tool_uses=max_tool_uses)
+    return synthesized_env(
+        path, corpus=corpus, reward=reward, tools=tools, topk=topk, max_tool_uses=max_tool_uses
+    )
 
 
 def register_synth() -> None:
-    """Register `qa:Synth-v0` (called from `gemkit.envs.qa`)."""
+    """Register `qa:Synth-v0` (done when this module is imported)."""
     register(
         ENV_ID,
-        "gemkit.envs.qa.synth:synth",
+        "gemkit.synth.qa.builtin_set:synth",
         description="Synthesized multi-hop questions (inject/fuzz, verified) with search and "
         "access tools over their corpus; F1 or exact-match reward.",
         tags=("qa", "search", "multi-turn", "synthetic"),
         override=True,
     )
+
+
+register_synth()

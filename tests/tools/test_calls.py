@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from gemkit.tools import ParseError, ToolCall, parse_action, tool
-from gemkit.tools.parsing import signature, strip_reasoning
+from gemkit.tools import MalformedCall, ToolCall, parse_action, tool
+from gemkit.tools.calls import signature, strip_reasoning
 
 
 @tool
@@ -47,7 +47,7 @@ def only_call(action, **kw) -> ToolCall:
     return parsed.calls[0]
 
 
-def only_error(action, **kw) -> ParseError:
+def only_error(action, **kw) -> MalformedCall:
     parsed = parse(action, **kw)
     assert parsed.calls == [] and len(parsed.errors) == 1, parsed.items
     assert parsed.answer is None
@@ -273,7 +273,7 @@ def test_call_shapes_that_are_not_calls():
 def test_good_calls_and_errors_keep_their_order():
     text = "<echo>a</echo><tool_call>{oops}</tool_call><echo>b</echo>"
     kinds = [type(i).__name__ for i in parse(text).items]
-    assert kinds == ["ToolCall", "ParseError", "ToolCall"]
+    assert kinds == ["ToolCall", "MalformedCall", "ToolCall"]
 
 
 def test_non_string_actions_do_not_raise():

@@ -1,0 +1,89 @@
+"""A QA env over a synthesized question set: a `gemkit synth qa` run folder, or its qa.jsonl.
+
+The env is a `QAEnv` over the run's records (answer + aliases, exact match or F1) wrapped
+with the `search` and `access` tools over the run's own corpus, so the facts a question
+needs are one search away and nowhere else. Records are `gemkit.records.qa.QARecord`s;
+`qa:Synth-v0`, which plays the default set, is registered by `gemkit.synth.qa.builtin_set`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from gemkit.errors import GemkitError
+from gemkit.records.base import RecordError, per_file
+from gemkit.records.qa import QARecord
+
+
+def load_synth_records(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], Path | None]:
+    """Records of a run folder or qa.jsonl file as `{id, question, answer, aliases}`, and its corpus.
+
+    Each line is checked against `QARecord`; a line of another kind or schema version is an
+    error naming the file and line. A torn last line (a run still writing) is skipped. Each
+    version of the file is read once per process (the records are shared, read-only).
+    """
+    path = Path(path).expanduser()
+    qa = path / "qa.jsonl" if path.is_dir() else path
+    if not qa.is_file():
+        raise GemkitError(
+            f"{str(path)!r} is not a synth QA run: expected a folder made by `gemkit synth qa "
+            "--out DIR` (holding qa.jsonl and corpus.jsonl) or a qa.jsonl file"
+        )
+    records = per_file(qa, _read_questions)
+    corpus = qa.parent / "corpus.jsonl"
+    return records, corpus if corpus.is_file() else None
+
+
+def _read_questions(qa: Path) -> list[dict[str, Any]]:
+    records = []
+    with qa.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = QARecord.parse(json.loads(line), f"{qa}, line {n}")
+            except (json.JSONDecodeError, RecordError) as e:
+                if n > 1 and not line.endswith("\n"):
+                    break  # a run still writing (or killed mid-line): its last line is torn
+                if isinstance(e, RecordError):
+                    raise GemkitError(str(e)) from None
+                raise GemkitError(f"{qa}, line {n}: not a synth QA record ({e})") from None
+            records.append(
+                {
+                    "id": r.id,
+                    "question": r.question,
+                    "answer": r.answer,
+                    "aliases": r.answer_aliases,
+                }
+            )
+    return records
+
+
+def synthesized_env(
+    path: str | os.PathLike[str],
+    *,
+    corpus: str | os.PathLike[str] | None = None,
+    reward: str = "f1",
+    tools: bool = True,
+    topk: int = 3,
+    max_tool_uses: int = 20,
+) -> Any:
+    """A QA env over the records at `path`, with search/access over their corpus."""
+    from gemkit.envs.qa.env import QAEnv
+
+    records, found = load_synth_records(path)
+    corpus = corpus or found
+    env = QAEnv(records, reward=reward, corpus_path=corpus)
+    if not tools:
+        return env
+    if corpus is None:
+        raise GemkitError(
+            f"no corpus.jsonl next to {path}; pass corpus='docs.jsonl' or tools=False"
+        )
+    from gemkit.tools.search import search_tools
+    from gemkit.tools.wrapper import ToolEnvWrapper
+
+    return ToolEnvWrapper(env, search_tools(corpus, topk=topk), max_tool_uses=max_tool_uses)
