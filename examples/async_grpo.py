@@ -399,6 +399,8 @@ async def train(args: Args, model, tokenizer, server) -> list[dict]:
             for w in workers:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
+            if isinstance(sampler, TokenBatcher):  # no batched request left pending at exit
+                await sampler.aclose()
             await client.close()
     return history
 

@@ -105,6 +105,20 @@ class TokenBatcher:
             self._flush = loop.call_later(self.wait_s, self._send_all)
         return await future
 
+    async def aclose(self) -> None:
+        """Cancel the requests still on their way (their episodes get `CancelledError`)."""
+        if self._flush is not None:
+            self._flush.cancel()
+            self._flush = None
+        for items in self._pending.values():
+            for _, future in items:
+                future.cancel()
+        self._pending = {}
+        sending = list(self._sending)
+        for task in sending:
+            task.cancel()
+        await asyncio.gather(*sending, return_exceptions=True)
+
     def _send_all(self) -> None:
         if self._flush is not None:
             self._flush.cancel()

@@ -224,3 +224,39 @@ def test_a_server_started_by_a_trainer_dies_with_it(tmp_path):
         time.sleep(0.2)
     os.kill(child, signal.SIGKILL)
     pytest.fail("the server outlived the trainer that started it")
+
+
+async def test_batched_turns_record_the_same_kind_of_tokens_in_fewer_requests():
+    from gemkit.llm import TokenBatcher
+
+    async with Served() as s, s.client() as client:
+        batcher = TokenBatcher(client, max_batch=8, wait_s=10.0)  # a batch of 8 sends at once
+        policies = [TokenPolicy(batcher, s.engine.tokenizer, max_tokens=4) for _ in range(8)]
+        episodes = await asyncio.gather(
+            *(run_episode(gemkit.make(ENV), p, seed=k) for k, p in enumerate(policies))
+        )
+        await batcher.aclose()
+    assert all(ep.error is None for ep in episodes), [ep.error for ep in episodes]
+    turns = sum(ep.num_turns for ep in episodes)
+    assert s.server.rows == turns and batcher.requests < turns
+    # each episode got its own completion back: the log-probs are the trainer's for its ids
+    seqs = [episode_sequence(ep) for ep in episodes]
+    ids, attn, _ = pack([q.prompt_ids for q in seqs], [q.response_ids for q in seqs], 0)
+    logp = token_logprobs(s.engine.model, ids, attn)
+    for row, q in enumerate(seqs):
+        p = len(q.prompt_ids)
+        for j, (lp, m) in enumerate(zip(q.logprobs, q.mask, strict=True)):
+            if m:
+                assert float(logp[row, p + j].detach()) == pytest.approx(lp, abs=1e-4)
+
+
+async def test_a_refused_batch_fails_every_turn_in_it_with_the_servers_message():
+    from gemkit.llm import LLMError, TokenBatcher
+
+    async with Served(limits=ServerLimits(max_batch=2)) as s, s.client(max_retries=0) as client:
+        batcher = TokenBatcher(client, max_batch=4, wait_s=10.0)  # the 4th turn sends the batch
+        turns = [batcher.generate([1, 2, k], max_tokens=2, temperature=1.0) for k in range(4)]
+        results = await asyncio.gather(*turns, return_exceptions=True)
+        await batcher.aclose()
+    assert batcher.requests == 1
+    assert all(isinstance(r, LLMError) and "rows per request" in str(r) for r in results), results
