@@ -114,6 +114,18 @@ class TerminalEnv(Env):
         """Seconds one command may run."""
         return self.command_timeout or (self.task.command_timeout if self.task else 20.0)
 
+    # -- what the wrapper calls -------------------------------------------------------------
+
+    def count_turn(self) -> None:
+        """Count one agent message of this episode (the wrapper calls it for each action)."""
+        if self.task is None:
+            raise TerminalError("call reset() before step()")
+        self.turns += 1
+
+    def turns_left_over(self, truncated: bool = False) -> bool:
+        """Whether the episode is still open though its turns are spent (or it was truncated)."""
+        return not self.done and (truncated or self.turns >= self.turn_limit())
+
     # -- what the bash tool calls ------------------------------------------------------------
 
     def run_command(self, command: str) -> CommandResult:
@@ -328,11 +340,9 @@ class TerminalWrapper(ToolEnvWrapper):
     async def astep(self, action: Any) -> StepResult:
         """Run the bash calls, or take a final answer; end with the tests at the turn limit."""
         inner: TerminalEnv = self.env.unwrapped  # type: ignore[assignment]
-        if inner.task is None:
-            raise TerminalError("call reset() before step()")
-        inner.turns += 1
+        inner.count_turn()
         obs, reward, terminated, truncated, info = await super().astep(action)
-        if not inner.done and (truncated or inner.turns >= inner.turn_limit()):
+        if inner.turns_left_over(truncated):
             fobs, freward, _, _, finfo = await asyncio.to_thread(inner.finish, truncated=True)
             return f"{obs}\n\n{fobs}", reward + freward, False, True, {**info, **finfo}
         return obs, reward, terminated, truncated, info
@@ -340,8 +350,7 @@ class TerminalWrapper(ToolEnvWrapper):
     def clone(self) -> TerminalWrapper:
         """A copy whose bash tool runs in the copy's own env (only between episodes)."""
         new = super().clone()
-        new.tools, new._by_name = [], {}
-        new._add_tools([BashTool(new.env.unwrapped)])
+        new.replace_tools([BashTool(new.env.unwrapped)])
         return new
 
 

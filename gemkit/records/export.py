@@ -155,5 +155,10 @@ def save_dataset(records: Iterable[Record], model: type[Record], path: str | Pat
 
     rows = [to_row(r) for r in records]
     datasets.disable_progress_bars()  # the CLI shows its own progress; a library stays quiet
-    datasets.Dataset.from_list(rows, features=features(model)).save_to_disk(str(path))
+    schema = features(model)
+    # from_list([]) builds a table with no columns, which then disagrees with the features,
+    # and no records make no shard unless one is asked for (load_from_disk then fails)
+    columns = {name: [row[name] for row in rows] for name in schema}
+    dataset = datasets.Dataset.from_dict(columns, features=schema)
+    dataset.save_to_disk(str(path), num_shards=None if rows else 1)
     return Path(path)

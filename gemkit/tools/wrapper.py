@@ -257,8 +257,7 @@ class ToolEnvWrapper(Wrapper):
         obs, info = await areset_of(self.env, seed=seed, options=options)
         chosen = self.episode_tools(info)
         if chosen is not None and [id(t) for t in chosen] != [id(t) for t in self.tools]:
-            self.tools, self._by_name = [], {}
-            self._add_tools(chosen)
+            self.replace_tools(chosen)
         for t in self.tools:
             try:
                 await t.reset()
@@ -549,6 +548,11 @@ class ToolEnvWrapper(Wrapper):
             runner.close()
             self._loop = None
 
+    def replace_tools(self, tools: Iterable[Tool]) -> None:
+        """Offer `tools` instead of the ones held now (names must be unique)."""
+        self.tools, self._by_name = [], {}
+        self._add_tools(tools)
+
     def clone(self) -> ToolEnvWrapper:
         """A copy with a cloned inner env, the same counters, and fresh copies of the tools.
 
@@ -560,8 +564,7 @@ class ToolEnvWrapper(Wrapper):
         """
         new = copy.copy(self)
         new.env = clone_of(self.env)
-        new.tools, new._by_name = [], {}
-        new._add_tools(clone_tool(t) for t in self.tools)
+        new.replace_tools(clone_tool(t) for t in self.tools)
         new.toolsets = list(self.toolsets)
         new._owns_toolsets = False
         new._loop = None

@@ -66,6 +66,7 @@ def test_the_qa_export_has_every_field_nested_and_reads_back_as_the_same_records
         "answer",
         "corpus",
         "answer_type",
+        "construction",
     } == _json_fields(QARecord)
     assert isinstance(ds[0]["verification"]["difficulty"]["closed_book_tries"], int)
     assert isinstance(ds[0]["edits"], list) and isinstance(ds[0]["edits"][0], dict)
@@ -112,3 +113,12 @@ def test_an_episode_file_with_a_foreign_line_is_refused_not_skipped(tmp_path):
         f.write(json.dumps({"question": "?", "answer": "!"}) + "\n")
     with pytest.raises(RecordError, match="line 2: not an episode record: field 'env_id': missing"):
         load_jsonl(path)
+
+
+def test_an_export_of_no_records_still_has_every_column(tmp_path):
+    # a run that keeps nothing (every rewrite rejected) still writes a loadable dataset
+    from gemkit.records.export import save_dataset
+
+    save_dataset([], QARecord, tmp_path / "empty")
+    ds = datasets.load_from_disk(str(tmp_path / "empty"))
+    assert len(ds) == 0 and ds.features == features(QARecord)

@@ -120,7 +120,10 @@ def test_the_registry_finds_every_family_through_entry_points():
     names = {ep.name for ep in registry._entry_points() if registry._own(ep)}
     families = {s.family for s in gemkit.list_envs()}  # other tests may add a family of theirs
     own = {n.partition(".")[0] for n in names}
-    assert {"game", "math", "code", "qa", "rg", "toolworld", "terminal", "multiagent", "toy"} == own
+    assert {
+        "game", "math", "code", "qa", "rg", "toolworld", "terminal", "multiagent", "toy", "gem",
+        "textarena",
+    } == own  # fmt: skip
     assert own <= families
     assert "BUILTIN_FAMILIES" not in vars(gemkit.registry)
 
