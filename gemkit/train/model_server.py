@@ -670,65 +670,50 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-class ServerProcess:
-    """`gemkit serve model` in a child process on 127.0.0.1: started, awaited, stopped.
+class _ChildServer:
+    """A model server in a child of this process on 127.0.0.1: awaited and stopped alike."""
 
-    `args` are the serve flags after `gemkit serve model` (a PATH or `--tiny ENV`, ...);
-    the port is picked here. Its output goes to `log_path` (a temporary file by default).
-    """
-
-    def __init__(self, args: Sequence[str], *, log_path: str | Path | None = None):
+    def __init__(self, log_path: str | Path | None):
         import tempfile
 
-        self.args = list(args)
         self._dir = tempfile.TemporaryDirectory(prefix="gemkit-serve-")
         self.log_path = Path(log_path) if log_path else Path(self._dir.name) / "server.log"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/v1"
+        self._ready = Path(self._dir.name) / "ready"
         self.proc: Any = None
 
-    def start(self) -> ServerProcess:
-        """Start the child process (returns at once; `wait` blocks until it serves)."""
-        import subprocess
-        import sys
+    def start(self) -> _ChildServer:
+        """Start the child (returns at once; `wait` blocks until it serves)."""
+        raise NotImplementedError
 
-        ready = Path(self._dir.name) / "ready"
-        cmd = [sys.executable, "-m", "gemkit", "serve", "model", *self.args]
-        cmd += ["--port", str(self.port), "--ready-file", str(ready)]
-        self._ready = ready
-        self._log = self.log_path.open("w")
-        self.proc = subprocess.Popen(
-            cmd, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
-        )
-        return self
+    def exit_code(self) -> int | None:
+        """The child's exit status, or None while it runs."""
+        raise NotImplementedError
+
+    def _terminate(self) -> None:
+        raise NotImplementedError
 
     def wait(self, timeout: float = 300.0) -> str:
-        """Block until the server serves; its base URL. A server that died is a GemkitError."""
+        """Block until the child serves; its base URL. A child that died is a GemkitError."""
         deadline = time.monotonic() + timeout
         while not self._ready.exists():
-            if self.proc.poll() is not None:
-                tail = self.log_path.read_text()[-1500:]
-                raise GemkitError(f"the model server exited ({self.proc.returncode}):\n{tail}")
+            code = self.exit_code()
+            if code is not None:
+                tail = self.log_path.read_text()[-1500:] if self.log_path.exists() else ""
+                raise GemkitError(f"the model server exited ({code}):\n{tail}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise GemkitError(f"the model server did not start within {timeout:g} s")
-            time.sleep(0.05)
+            time.sleep(0.02)
         return self.url
 
     def stop(self) -> None:
-        """Stop the child process (safe to call twice)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except Exception:  # noqa: BLE001 - a child that ignores SIGTERM
-                self.proc.kill()
-                self.proc.wait(timeout=30)
-        if getattr(self, "_log", None) is not None:
-            self._log.close()
-            self._log = None
+        """Stop the child (safe to call twice)."""
+        if self.proc is not None and self.exit_code() is None:
+            self._terminate()
 
-    def __enter__(self) -> ServerProcess:
+    def __enter__(self) -> Any:
         self.start()
         self.wait()
         return self
@@ -738,7 +723,52 @@ class ServerProcess:
         self._dir.cleanup()
 
 
-class ForkedServer:
+class ServerProcess(_ChildServer):
+    """`gemkit serve model` in a child process on 127.0.0.1: started, awaited, stopped.
+
+    `args` are the serve flags after `gemkit serve model` (a PATH or `--tiny ENV`, ...);
+    the port is picked here. Its output goes to `log_path` (a temporary file by default).
+    """
+
+    def __init__(self, args: Sequence[str], *, log_path: str | Path | None = None):
+        super().__init__(log_path)
+        self.args = list(args)
+        self._log: Any = None
+
+    def start(self) -> ServerProcess:
+        """Start the child process (returns at once; `wait` blocks until it serves)."""
+        import subprocess
+        import sys
+
+        cmd = [sys.executable, "-m", "gemkit", "serve", "model", *self.args]
+        cmd += ["--port", str(self.port), "--ready-file", str(self._ready)]
+        self._log = self.log_path.open("w")
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent
+        )
+        return self
+
+    def exit_code(self) -> int | None:
+        """The child's exit status, or None while it runs."""
+        return self.proc.poll()
+
+    def _terminate(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except Exception:  # noqa: BLE001 - a child that ignores SIGTERM
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Stop the child process (safe to call twice)."""
+        super().stop()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+class ForkedServer(_ChildServer):
     """The model server in a forked child of this process, over `model` exactly as it is now.
 
     The child shares the parent's imports and weights (copy-on-write): no second start-up,
@@ -758,16 +788,9 @@ class ForkedServer:
         token: str | None = None,
         log_path: str | Path | None = None,
     ):
-        import tempfile
-
+        super().__init__(log_path)
         self.model, self.tokenizer, self.name, self.seed = model, tokenizer, name, seed
         self.limits, self.token = limits or ServerLimits(), token
-        self._dir = tempfile.TemporaryDirectory(prefix="gemkit-serve-")
-        self.log_path = Path(log_path) if log_path else Path(self._dir.name) / "server.log"
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/v1"
-        self._ready = Path(self._dir.name) / "ready"
-        self.proc: Any = None
 
     def start(self) -> ForkedServer:
         """Fork the child (returns at once; `wait` blocks until it serves)."""
@@ -803,33 +826,13 @@ class ForkedServer:
                 loop=new_event_loop())  # fmt: skip
         sys.exit(0)
 
-    def wait(self, timeout: float = 300.0) -> str:
-        """Block until the child serves; its base URL. A child that died is a GemkitError."""
-        deadline = time.monotonic() + timeout
-        while not self._ready.exists():
-            if not self.proc.is_alive():
-                tail = self.log_path.read_text()[-1500:] if self.log_path.exists() else ""
-                raise GemkitError(f"the model server exited ({self.proc.exitcode}):\n{tail}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise GemkitError(f"the model server did not start within {timeout:g} s")
-            time.sleep(0.02)
-        return self.url
+    def exit_code(self) -> int | None:
+        """The child's exit status, or None while it runs."""
+        return None if self.proc.is_alive() else self.proc.exitcode
 
-    def stop(self) -> None:
-        """Stop the child (safe to call twice)."""
-        if self.proc is not None and self.proc.is_alive():
-            self.proc.terminate()
+    def _terminate(self) -> None:
+        self.proc.terminate()
+        self.proc.join(30)
+        if self.proc.is_alive():
+            self.proc.kill()
             self.proc.join(30)
-            if self.proc.is_alive():
-                self.proc.kill()
-                self.proc.join(30)
-
-    def __enter__(self) -> ForkedServer:
-        self.start()
-        self.wait()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-        self._dir.cleanup()
