@@ -102,7 +102,11 @@ def run_qa(args: argparse.Namespace) -> int:
                     on_start=lambda stats: on_item({}, stats),
                     executor=args.executor, ray_address=args.ray_address)
     console.print(_table(stats, f"synth qa → {args.out}"))
-    console.print(f"records: {args.out / 'qa.jsonl'}   dataset: {args.out / 'dataset'}")
+    records = args.out / "qa.jsonl"
+    if records.exists():
+        console.print(f"records: {records}   dataset: {args.out / 'dataset'}")
+    else:  # record files are made with their first record
+        console.print(f"no record kept: each item's reason is in {args.out / 'rejected.jsonl'}")
     return 0
 
 

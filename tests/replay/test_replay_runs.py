@@ -114,7 +114,7 @@ def test_every_recorded_eval_reply_is_a_call_a_message_or_an_answer():
     assert shapes == {"call": 0, "message": 0, "answer": 47, "json_answer": 6}
 
 
-def test_synth_qa_llm_against_recorded_replies_keeps_no_drifted_record(tmp_path):
+def test_synth_qa_llm_against_recorded_replies_keeps_no_drifted_record(tmp_path, capsys):
     recording = FIXTURES / "synth-qa-exchanges.jsonl"
     with ReplayOpenAIServer([recording]) as srv:
         code = cli(["synth", "qa", "--llm", srv.base_url, "--model", "qwen", "-n", "1",
@@ -132,6 +132,9 @@ def test_synth_qa_llm_against_recorded_replies_keeps_no_drifted_record(tmp_path)
     assert drift_replies & served, "the run never met the model's drifted rewrite"
     records = tmp_path / "qa.jsonl"  # made with the first record kept
     kept = [json.loads(x) for x in records.read_text().splitlines()] if records.exists() else []
+    shown = capsys.readouterr().out.replace("\n", "")
+    if not kept:  # the summary names no record file it did not write
+        assert "records:" not in shown and "no record kept" in shown, shown[-300:]
     assert drifted not in {r["question"] for r in kept}, "the recorded run kept this one"
     if kept:
         world = build_world(10_000, 0)

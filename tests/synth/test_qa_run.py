@@ -79,6 +79,8 @@ def test_cli_prints_the_stage_table(tmp_path, capsys):
     shown = capsys.readouterr().out
     assert "kept" in shown and "mean injections" in shown and "closed-book accuracy" in shown
     assert len(read_records(tmp_path)) == 2
+    assert f"records: {tmp_path / 'qa.jsonl'}" in shown.replace("\n", "")
+
 
 
 @pytest.mark.parametrize("argv, message", [
