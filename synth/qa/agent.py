@@ -136,11 +136,7 @@ def support_of(fact: Fact, mention: tuple[str, str] | None = None) -> dict[str, 
 
 def world_refs(world: World) -> dict[str, str]:
     """How each entity is referred to in running text (cached on the world)."""
-    refs = getattr(world, "_refs", None)
-    if refs is None:
-        refs = {e.id: e.ref for e in world.entities.values()}
-        world._refs = refs
-    return refs
+    return world.derived("refs", lambda w: {e.id: e.ref for e in w.entities.values()})
 
 
 def _value(world: World, rel: str, value: Any) -> Node:

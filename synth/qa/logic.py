@@ -156,12 +156,12 @@ class FactIndex:
     @classmethod
     def of_world(cls, world: Any) -> FactIndex:
         """The index of every fact of a world (cached on the world)."""
-        cached = getattr(world, "_fact_index", None)
-        if cached is None:
+
+        def build(world: Any) -> FactIndex:
             types = {e.id: e.type for e in world.entities.values()}
-            cached = cls(((f.subject, f.relation, f.object) for f in world.facts), types)
-            world._fact_index = cached
-        return cached
+            return cls(((f.subject, f.relation, f.object) for f in world.facts), types)
+
+        return world.derived("fact_index", build)
 
     def evaluate(self, node: Node) -> set[str]:
         """The entities that satisfy a query node (or the one an entity node names)."""

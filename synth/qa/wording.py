@@ -106,8 +106,8 @@ def type_matches(asked: str | None, answer_type: str) -> bool:
 
 def name_index(world: World) -> dict[str, list[tuple[str, str]]]:
     """Distinctive word -> `(surface form, entity id)` of every name holding it (cached)."""
-    index = getattr(world, "_name_index", None)
-    if index is None:
+
+    def build(world: World) -> dict[str, list[tuple[str, str]]]:
         built: dict[str, list[tuple[str, str]]] = defaultdict(list)
         for e in world.entities.values():
             for alias in e.aliases:
@@ -115,9 +115,9 @@ def name_index(world: World) -> dict[str, list[tuple[str, str]]]:
                 keys = [w for w in words if w not in NAME_WORDS] or words
                 if keys:
                     built[max(keys, key=len)].append((alias, e.id))
-        index = dict(built)
-        world._name_index = index  # type: ignore[attr-defined]
-    return index
+        return dict(built)
+
+    return world.derived("name_index", build)
 
 
 def named_entities(text: str, world: World) -> set[str]:

@@ -6,10 +6,10 @@ import json
 import os
 import re
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from gemkit.synth.world.schema import (
     LABEL,
@@ -20,6 +20,8 @@ from gemkit.synth.world.schema import (
     format_number,
     with_article,
 )
+
+T = TypeVar("T")
 
 URL_ROOT = "https://world.gemkit.invalid"
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
@@ -105,6 +107,13 @@ class World:
         self.by_name = by_name
         for e in entities:
             e.popularity = len(self.by_subject[e.id]) + 2 * len(self.by_object[e.id])
+        self._derived: dict[str, Any] = {}
+
+    def derived(self, key: str, build: Callable[[World], T]) -> T:
+        """A lookup built from this world once (`build(world)`) and kept under `key`."""
+        if key not in self._derived:
+            self._derived[key] = build(self)
+        return self._derived[key]
 
     # -- rendering -------------------------------------------------------------------------------
 
