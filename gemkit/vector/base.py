@@ -188,8 +188,9 @@ class VectorEnv:
         for i, (_, info) in results.items():
             infos[i] = info
         failed = {i: info.get("error", "") for i, (_, info) in results.items() if self._done[i]}
-        if results and len(failed) == len(results):
+        if len(failed) == self.num_envs:
             # no slot has a first observation: an empty batch would pass for one, so say why
+            # (a reset of some slots that fail marks those slots, as a failed step does)
             raise VectorEnvError(all_failed_message(failed, self.num_envs))
         return list(self._last_obs), infos
 

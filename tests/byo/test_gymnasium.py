@@ -182,6 +182,16 @@ def test_a_vector_with_some_slots_failing_still_resets_the_others():
     vec.close()
 
 
+def test_resetting_only_a_failing_slot_marks_that_slot_and_raises_nothing():
+    # re-arming one slot is a partial reset: its failure is that slot's, like a failed step
+    vec = SyncVectorEnv([Broken, SayNumber], autoreset_mode="disabled")
+    vec.reset(seed=0)
+    obs, infos = vec.reset(indices=[0])
+    assert "no data" in infos[0]["error"] and infos[1] == {"skipped": True}
+    assert obs[1].startswith("Say ")
+    vec.close()
+
+
 def test_wrapped_envs_have_a_spec_without_a_gymnasium_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
