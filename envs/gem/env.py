@@ -20,11 +20,9 @@ from typing import Any
 import numpy as np
 
 from gemkit.core import Env, ResetResult, StepResult
+from gemkit.envs.gem.rules import SUCCESS_REWARD
 from gemkit.errors import GemkitError
 from gemkit.global_rng import PrivateGlobalRNG
-
-#: GEM's reward for a solved task (`gem.utils.constants.LanguageGameReward.success_reward`)
-SUCCESS_REWARD = 1.0
 
 
 def import_gem() -> Any:

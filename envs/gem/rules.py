@@ -21,56 +21,38 @@ from typing import Any
 
 import numpy as np
 
-from gemkit.core import Env, ResetResult, StepResult
+from gemkit.core import ResetResult, StepResult
+from gemkit.envs.games.base import INVALID_PENALTY, GameEnv
+from gemkit.envs.games.mastermind import score
 
-#: `gem.utils.constants.LanguageGameReward`
-FORMAT_ERROR_REWARD = -0.1
+#: `gem.utils.constants.LanguageGameReward` (its format error costs what an invalid move costs here)
+FORMAT_ERROR_REWARD = INVALID_PENALTY
 INVALID_ACTION_REWARD = 0.0
 SUCCESS_REWARD = 1.0
 
 
-class GemRulesGame(Env):
-    """The shared loop of GEM's games; a subclass parses and plays one move."""
+class GemRulesGame(GameEnv):
+    """A gemkit game under GEM's rules: its own `step` and intro; the rest is `GameEnv`'s.
+
+    A subclass implements `GameEnv`'s `rules`, `move_format`, `new_game`, `state_text` and
+    `random_action`, plus `parse` (the move of an action) and `judge` (a parsed move's
+    outcome) in place of `GameEnv.play`.
+    """
 
     #: the boxed-move pattern; the last match is the move (GEM's `finditer(...)[-1]`)
     MOVE_RE: re.Pattern[str]
-
-    def __init__(self, max_turns: int):
-        self.max_turns = max_turns
-        self.turn = 0
-        self.done = False
-
-    def rules(self) -> str:
-        """Rules text (depends only on the constructor arguments)."""
-        raise NotImplementedError
-
-    def move_format(self) -> str:
-        """A well-formed move."""
-        raise NotImplementedError
-
-    def new_game(self) -> None:
-        """Draw a new secret from `self.np_random`."""
-        raise NotImplementedError
 
     def parse(self, text: str) -> Any:
         """The move in the last `\\boxed{...}`, or None (a format error)."""
         raise NotImplementedError
 
-    def play(self, move: Any) -> tuple[str, float, bool, bool]:
+    def judge(self, move: Any) -> tuple[str, float, bool, bool]:
         """Apply a parsed move: `(feedback, reward, won, broke_a_rule)`."""
         raise NotImplementedError
 
     def out_of_turns_reward(self, move: Any, reward: float) -> float:
         """The reward of the move that used the last turn (default: the move's own)."""
         return reward
-
-    def state_text(self) -> str:
-        """What the player sees of the game so far."""
-        raise NotImplementedError
-
-    def random_action(self, rng: np.random.Generator) -> str:
-        """A well-formed random move."""
-        raise NotImplementedError
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -100,7 +82,7 @@ class GemRulesGame(Env):
             )
             info = {"turn": self.turn, "invalid": True, "success": False}
             return text, FORMAT_ERROR_REWARD, True, self.turn == self.max_turns, info
-        feedback, reward, won, broke = self.play(move)
+        feedback, reward, won, broke = self.judge(move)
         info: dict[str, Any] = {"turn": self.turn}
         if broke:
             info["invalid"] = True
@@ -114,10 +96,6 @@ class GemRulesGame(Env):
             text = f"{feedback}\n\nYou have reached the maximum number of turns."
             return text, reward, True, True, {**info, "success": False}
         return f"{feedback}\n\n{self.state_text()}", reward, False, False, info
-
-    def render(self) -> str:
-        """The game so far."""
-        return self.state_text()
 
 
 class GuessTheNumberGem(GemRulesGame):
@@ -165,7 +143,7 @@ class GuessTheNumberGem(GemRulesGame):
         except ValueError:  # beyond Python's int() digit limit: GEM's `try` gives None too
             return None
 
-    def play(self, move: int) -> tuple[str, float, bool, bool]:
+    def judge(self, move: int) -> tuple[str, float, bool, bool]:
         """Compare the guess with the target."""
         if not self.low <= move <= self.high:
             return f"{move} is outside {self.low}..{self.high}.", INVALID_ACTION_REWARD, False, True
@@ -240,22 +218,21 @@ class MastermindGem(GemRulesGame):
         except ValueError:  # a number beyond Python's int() digit limit
             return None
 
-    def pegs(self, guess: list[int]) -> tuple[int, int]:
-        """(black, white) pegs of a guess of the right length."""
-        black = sum(g == c for g, c in zip(guess, self.code, strict=True))
-        common = sum(min(guess.count(d), self.code.count(d)) for d in set(guess))
-        return black, common - black
-
-    def play(self, move: list[int]) -> tuple[str, float, bool, bool]:
+    def judge(self, move: list[int]) -> tuple[str, float, bool, bool]:
         """Score the guess."""
         if len(move) != self.code_length:
-            return f"The code has {self.code_length} digits, not {len(move)}.", 0.0, False, True
+            return (
+                f"The code has {self.code_length} digits, not {len(move)}.",
+                INVALID_ACTION_REWARD,
+                False,
+                True,
+            )
         if any(not 1 <= d <= self.num_numbers for d in move):
-            return f"Digits must be 1 to {self.num_numbers}.", 0.0, False, True
+            return f"Digits must be 1 to {self.num_numbers}.", INVALID_ACTION_REWARD, False, True
         if tuple(move) in self.guesses:
-            return f"{move} was guessed before.", 0.0, False, True
+            return f"{move} was guessed before.", INVALID_ACTION_REWARD, False, True
         self.guesses.add(tuple(move))
-        black, white = self.pegs(move)
+        black, white = score(tuple(move), tuple(self.code))
         reward = 0.0
         if black > self.milestone:
             reward, self.milestone = (black - self.milestone) / self.code_length, black
