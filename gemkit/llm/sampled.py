@@ -162,11 +162,17 @@ def from_chat_choice(choice: Mapping[str, Any], body: Mapping[str, Any]) -> Samp
         choice.get("logprobs"), Mapping
     ) else None  # fmt: skip
     tokens = logprobs = None
-    if isinstance(content, list) and all(isinstance(c, Mapping) for c in content):
-        logprobs = _logprobs([c.get("logprob") for c in content], f"{where} logprob")
-        tokens = _token_ids([c.get("token") for c in content], f"{where} logprob token")
+    entries = content if isinstance(content, list) and all(
+        isinstance(c, Mapping) for c in content
+    ) else None  # fmt: skip
+    if entries is not None:
+        tokens = _token_ids([c.get("token") for c in entries], f"{where} logprob token")
     if ids is None and tokens is None:
+        # no token ids at all (e.g. a plain chat answer with text-token log-probs): nothing
+        # to check the log-probs against, and the caller did not ask for tokens
         return None
+    if entries is not None:
+        logprobs = _logprobs([c.get("logprob") for c in entries], f"{where} logprob")
     ids, logprobs = _paired(ids, tokens, logprobs, where)
     prompt = choice.get("prompt_token_ids", body.get("prompt_token_ids"))
     return SampledTokens(ids, logprobs, _optional_ids(prompt, "prompt_token_ids"), _version(body))

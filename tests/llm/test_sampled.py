@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gemkit.llm import LLMClient, LLMPolicy
+from gemkit.llm.client import ChatResponse
 from gemkit.llm.sampled import (
     SampledTokensError,
     from_chat_choice,
@@ -41,6 +42,21 @@ def test_a_chat_answer_without_token_fields_has_no_tokens():
     # text tokens (no return_tokens_as_token_ids, no token_ids) cannot be trusted as ids
     text_only = {"logprobs": {"content": [{"token": "hi", "logprob": -0.1}]}}
     assert from_chat_choice(text_only, {}) is None
+
+
+def test_a_plain_chat_answer_with_a_null_text_logprob_has_no_tokens_and_no_error():
+    # logprobs=true without token ids: the log-probs of text tokens are not checked (one may
+    # be null, as some servers send for an unrepresentable token); the caller asked for none
+    content = [{"token": "hi", "logprob": -0.1}, {"token": "!", "logprob": None}]
+    choice = {"index": 0, "message": {"content": "hi!"}, "logprobs": {"content": content}}
+    assert from_chat_choice(choice, {}) is None
+    body = {"choices": [choice], "model": "m"}
+    response = ChatResponse.from_dict(body)
+    assert response.content == "hi!" and response.tokens is None
+    # with token ids the same null is still refused
+    ids = {**choice, "token_ids": [1, 2]}
+    with pytest.raises(SampledTokensError, match="log-probability"):
+        from_chat_choice(ids, {})
 
 
 @pytest.mark.parametrize(
