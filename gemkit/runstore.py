@@ -113,6 +113,8 @@ def storage_error(
 
 def is_storage_error(e: BaseException) -> bool:
     """Whether `e` is the file system failing (full, read-only, gone), not a bug."""
+    if isinstance(e, (ConnectionError, TimeoutError)):  # a peer failing, not the disk
+        return False
     if isinstance(e, OSError):
         return True
     if isinstance(e, sqlite3.OperationalError):

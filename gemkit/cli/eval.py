@@ -136,12 +136,12 @@ def settings_of(args: argparse.Namespace, model: str | None) -> dict[str, Any]:
 
 
 def _without_credentials(url: str) -> str:
-    """An endpoint's address as the manifest records it (any user:password@ dropped)."""
+    """An endpoint's address as the manifest records it: no user:password@, query or fragment."""
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
     host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=host))
+    return urlunsplit(parts._replace(netloc=host, query="", fragment=""))
 
 
 async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from gemkit.cli.arguments import count, positive
 from gemkit.cli.console import console
 
 
@@ -24,7 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="the filter's run folder (kept records, verdicts)")
     p.add_argument("--llm", required=True, metavar="URL", help="OpenAI-compatible base URL")
     p.add_argument("--model", required=True, help="the model name the endpoint serves")
-    p.add_argument("--k", type=int, default=16, help="attempts per item and mode (default 16)")
+    p.add_argument("--k", type=positive, default=16, help="attempts per item and mode (default 16)")
     p.add_argument(
         "--max-accuracy",
         type=float,
@@ -39,14 +40,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--min-tool-turns",
-        type=int,
+        type=count,
         default=2,
         help="tool turns every solving attempt must take (default 2)",
     )
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max-tokens", type=int, default=1024)
-    p.add_argument("--concurrency", type=int, default=8, help="attempts played at once")
-    p.add_argument("--limit", type=int, default=None, help="only the first N items")
+    p.add_argument("--max-tokens", type=positive, default=1024)
+    p.add_argument("--concurrency", type=positive, default=8, help="attempts played at once")
+    p.add_argument("--limit", type=positive, default=None, help="only the first N items")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
 

@@ -115,3 +115,12 @@ def test_rollout_exports_turns_returns_and_dataset(tmp_path):
     back = load_jsonl(path)
     assert [e.to_dict() for e in back] == [e.to_dict() for e in eps]
     assert isinstance(back[0], Episode)
+
+
+def test_the_manifest_keeps_no_key_of_the_endpoint_address():
+    # run.json is shown by the viewer and copied with results: a key in the URL stays out
+    from gemkit.cli.eval import _without_credentials
+
+    url = "https://user:sk-secret@api.example/v1?api-key=sk-other#frag"
+    assert _without_credentials(url) == "https://api.example/v1"
+    assert _without_credentials("http://127.0.0.1:8000/v1") == "http://127.0.0.1:8000/v1"

@@ -19,6 +19,7 @@ from gemkit.runstore import (
     RunStopped,
     RunStore,
     RunStoreError,
+    is_storage_error,
     read_lines,
     storage_error,
 )
@@ -281,3 +282,19 @@ def test_a_read_only_file_system_is_one_line_and_nothing_is_left(tiny_fs):
     with pytest.raises(RunStoreError, match="cannot write .*new: Read-only file system"):
         store(tiny_fs / "new").open()
     assert files(tiny_fs / "run") == before
+
+
+@pytest.mark.parametrize(
+    "error, disk",
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), True),
+        (PermissionError(errno.EACCES, "Permission denied"), True),
+        (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"), False),
+        (BrokenPipeError(errno.EPIPE, "Broken pipe"), False),
+        (TimeoutError("timed out"), False),
+    ],
+)
+def test_a_peer_failing_is_not_taken_for_the_disk(error, disk):
+    # a run told "cannot write OUT: Connection refused; free some space" would send its user
+    # to the wrong place, and synth tasks would drop its half-made database for it
+    assert is_storage_error(error) is disk

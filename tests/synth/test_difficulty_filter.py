@@ -174,3 +174,13 @@ def test_a_folder_that_is_no_dataset_is_one_clear_line(tmp_path, capsys):
     assert "is not a dataset to filter" in err and "Traceback" not in err
     with pytest.raises(FilterError, match="max-accuracy"):
         FilterConfig(str(tmp_path), str(tmp_path), "u", "m", max_accuracy=0)
+
+
+@pytest.mark.parametrize("flag", ["--k", "--concurrency", "--max-tokens", "--limit"])
+def test_a_count_of_zero_is_a_usage_error(tmp_path, capsys, flag):
+    argv = ["filter", str(tmp_path), "--out", str(tmp_path / "f"), "--llm", "http://127.0.0.1:9/v1",
+            "--model", "m", flag, "0"]  # fmt: skip
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "expected a number >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "f").exists()
