@@ -42,7 +42,7 @@ from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gemkit.errors import GemkitError
 
@@ -209,25 +209,42 @@ class _Scan:
     size: int
 
 
+def _json_lines(f: IO[bytes], path: Path, hint: str) -> Iterator[tuple[int, int, Any]]:
+    """(line number, bytes, object) of each complete, non-blank line; a bad one raises.
+
+    The one line rule of every reader: a torn last line (no newline: a writer killed or still
+    writing) ends the file, a blank line is skipped, any other line must be a JSON object.
+    """
+    for n, line in enumerate(f, 1):
+        if not line.endswith(b"\n"):
+            return
+        if not line.strip():
+            yield n, len(line), None
+            continue
+        try:
+            raw = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise RunStoreError(
+                f"{path}, line {n}: not a JSON record ({_why(e)}); the file is damaged before "
+                f"its last line{hint}"
+            ) from None
+        if not isinstance(raw, dict):
+            raise RunStoreError(f"{path}, line {n}: not a record (expected a JSON object)")
+        yield n, len(line), raw
+
+
 def _scan(path: Path, spec: RecordFile, fd: int) -> _Scan:
     """Every complete line of a record file, checked; the torn tail is measured, not cut."""
     records: list[dict[str, Any]] = []
     seen: dict[Hashable, int] = {}
     offset = 0
+    hint = ": repair or delete that line, or choose another --out folder"
     with os.fdopen(os.dup(fd), "rb") as f:
-        for n, line in enumerate(f, 1):
-            if not line.endswith(b"\n"):
-                break  # the write a kill interrupted: cut on resume
+        for n, size, raw in _json_lines(f, path, hint):
+            offset += size
+            if raw is None:
+                continue
             where = f"{path}, line {n}"
-            try:
-                raw = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise RunStoreError(
-                    f"{where}: not a JSON record ({_why(e)}); the file is damaged before its "
-                    "last line: repair or delete that line, or choose another --out folder"
-                ) from None
-            if not isinstance(raw, dict):
-                raise RunStoreError(f"{where}: not a record (expected a JSON object)")
             if spec.check is not None:
                 spec.check(raw, where)
             try:
@@ -242,33 +259,21 @@ def _scan(path: Path, spec: RecordFile, fd: int) -> _Scan:
                     )
                 seen[key] = n
             records.append(raw)
-            offset += len(line)
     return _Scan(records, offset, os.fstat(fd).st_size)
 
 
 def read_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) of each complete line of a JSONL file, changing nothing.
 
-    A torn last line (no newline: a writer killed or still writing) is skipped; any other line
-    that is not a JSON object raises a `RunStoreError` naming the file and the line.
+    A torn last line (no newline: a writer killed or still writing) is skipped, and so is a
+    blank line; any other line that is not a JSON object raises a `RunStoreError` naming the
+    file and the line.
     """
     path = Path(path)
     with path.open("rb") as f:
-        for n, line in enumerate(f, 1):
-            if not line.endswith(b"\n"):
-                return
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise RunStoreError(
-                    f"{path}, line {n}: not a JSON record ({_why(e)}); the file is damaged "
-                    "before its last line"
-                ) from None
-            if not isinstance(raw, dict):
-                raise RunStoreError(f"{path}, line {n}: not a record (expected a JSON object)")
-            yield n, raw
+        for n, _, raw in _json_lines(f, path, ""):
+            if raw is not None:
+                yield n, raw
 
 
 # -- the store ----------------------------------------------------------------------------------

@@ -85,6 +85,18 @@ def test_a_damaged_line_before_the_last_is_refused_naming_file_and_line(tmp_path
     assert not (tmp_path / LOCK).exists()
 
 
+def test_a_blank_line_is_read_alike_by_the_readers_and_the_store(tmp_path):
+    # read_lines (the viewer, load_jsonl) skipped it while a resume called the file damaged
+    started(tmp_path, 2)
+    with (tmp_path / "results.jsonl").open("ab") as f:
+        f.write(b"\n" + b'{"k": 2}\n')
+    assert [r["k"] for _, r in read_lines(tmp_path / "results.jsonl")] == [0, 1, 2]
+    with store(tmp_path) as s:
+        assert [r["k"] for r in s.records("results.jsonl")] == [0, 1, 2]
+        s.append("results.jsonl", {"k": 3})
+    assert [r["k"] for _, r in read_lines(tmp_path / "results.jsonl")] == [0, 1, 2, 3]
+
+
 def test_other_settings_are_refused_naming_each_difference(tmp_path):
     started(tmp_path)
     before = files(tmp_path)
