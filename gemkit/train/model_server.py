@@ -38,7 +38,14 @@ import torch
 from aiohttp import web
 
 from gemkit.errors import GemkitError
-from gemkit.serving import RequestError, json_type, loads_json, middlewares, preview
+from gemkit.serving import (
+    RequestError,
+    json_type,
+    loads_json,
+    middlewares,
+    preview,
+    resolve_token,
+)
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +81,14 @@ def sample_batch(
     eos_id: int,
     pad_id: int,
     generator: torch.Generator | None = None,
+    cache_arg: str | None = None,
 ) -> list[tuple[list[int], list[float]]]:
     """Sample a completion of each prompt with a KV cache; `(ids, logprobs)` per row.
 
     Rows are left-padded with positions counted from each row's first real token (as the
     trainer's right-padded rows count them); a row ends at its EOS (kept) or its
     `max_tokens`. `temperature <= 0` decodes greedily and reports log-probs at temperature 1.
+    `cache_arg` is the model's KV-cache argument name (found from its signature when None).
     """
     device = model.device
     width = max(len(p) for p in prompts)
@@ -90,7 +99,7 @@ def sample_batch(
         attn[i, width - len(p) :] = 1
     ids, attn = ids.to(device), attn.to(device)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
-    cache_arg = _cache_argument(model)
+    cache_arg = cache_arg or _cache_argument(model)
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
     limit = torch.tensor(list(max_tokens), device=device)
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
@@ -170,6 +179,7 @@ class ModelEngine:
         self.tokenizer_hash = vocab_hash(tokenizer)
         state, self._aliases = unique_state(model)
         self._shapes = {k: (v.shape, v.dtype) for k, v in state.items()}
+        self.cache_arg = _cache_argument(model)  # once, not per batch
 
     def generate(
         self, prompts: list[list[int]], max_tokens: list[int], temperature: float
@@ -183,6 +193,7 @@ class ModelEngine:
             eos_id=self.eos_id,
             pad_id=self.pad_id,
             generator=self.generator,
+            cache_arg=self.cache_arg,
         )
         return self.version, rows
 
@@ -271,7 +282,7 @@ class ModelServer:
     ):
         self.engine = engine
         self.limits = limits or ServerLimits()
-        self.token = token
+        self.token = resolve_token(token)  # None: $GEMKIT_SERVE_TOKEN, as the other servers
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gemkit-model")
         self._queue: asyncio.Queue | None = None
         self._worker: asyncio.Task | None = None
@@ -370,9 +381,25 @@ class ModelServer:
     # -- handlers -----------------------------------------------------------------------------
 
     async def _json(self, request: web.Request, shape: str) -> dict[str, Any]:
-        raw = await request.read()
-        if len(raw) > self.limits.max_body:
-            raise RequestError(413, f"the body is over {self.limits.max_body:,} bytes; send less")
+        # the app's client_max_size is the weight upload's; a JSON body stops at max_body,
+        # refused by its Content-Length or once max_body + 1 bytes have arrived
+        limit = self.limits.max_body
+        too_big = RequestError(
+            413,
+            f"the body is over the server's limit of {limit:,} bytes; send less per request "
+            "or start the server with a larger --max-body-kb",
+        )
+        if request.content_length is not None and request.content_length > limit:
+            raise too_big
+        raw = bytearray()
+        while len(raw) <= limit:
+            chunk = await request.content.read(limit + 1 - len(raw))
+            if not chunk:
+                break
+            raw += chunk
+        if len(raw) > limit:
+            raise too_big
+        raw = bytes(raw)
         body = loads_json(raw) if raw.strip() else {}
         if not isinstance(body, dict):
             raise RequestError(400, f"expected a JSON object {shape}, got a JSON {json_type(body)}")
@@ -419,19 +446,25 @@ class ModelServer:
             "total_tokens": len(prompt) + completion,
         }
 
-    def _finish(self, ids: list[int], max_tokens: int) -> str:
+    def _finish(self, ids: list[int]) -> str:
         return "stop" if ids and ids[-1] == self.engine.eos_id else "length"
+
+    def _check_rows(self, prompts: int, n: int) -> None:
+        """Refuse a request for more than `max_batch` rows (prompts x n), on every path."""
+        if prompts * n > self.limits.max_batch:
+            raise RequestError(
+                400,
+                f"{prompts} prompt{'s' if prompts != 1 else ''} x n={n} is over the server's "
+                f"{self.limits.max_batch} rows per request; send fewer prompts or a smaller n "
+                "per request",
+            )
 
     def _prompts(self, prompt: Any, max_tokens: int, n: int) -> list[list[int]]:
         """The prompts of a completions request: one, or a batch (a list of id lists)."""
         if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
-            if len(prompt) * n > self.limits.max_batch:
-                raise RequestError(
-                    400,
-                    f"{len(prompt)} prompts x n={n} is over the server's {self.limits.max_batch} "
-                    "rows per request; send fewer prompts per request",
-                )
+            self._check_rows(len(prompt), n)
             return [self._prompt_ids(p, max_tokens) for p in prompt]
+        self._check_rows(1, n)
         return [self._prompt_ids(prompt, max_tokens)]
 
     async def _completions(self, request: web.Request) -> web.Response:
@@ -450,7 +483,7 @@ class ModelServer:
             choice: dict[str, Any] = {
                 "index": i,
                 "text": self.engine.tokenizer.decode(ids, skip_special_tokens=True),
-                "finish_reason": self._finish(ids, max_tokens),
+                "finish_reason": self._finish(ids),
                 "stop_reason": None,
                 "token_ids": ids if with_ids else None,
                 "prompt_token_ids": prompt if with_ids else None,
@@ -503,6 +536,7 @@ class ModelServer:
     async def _chat(self, request: web.Request) -> web.Response:
         body = await self._json(request, '{"messages": [...], "max_tokens": n}')
         max_tokens, temperature, n = sampling_fields(body, self.limits)
+        self._check_rows(1, n)
         prompt = self._chat_prompt(body.get("messages"), max_tokens)
         version, rows = await self.generate([prompt] * n, max_tokens, temperature)
         as_ids = bool(body.get("return_tokens_as_token_ids"))
@@ -512,7 +546,7 @@ class ModelServer:
             choice: dict[str, Any] = {
                 "index": i,
                 "message": {"role": "assistant", "content": text},
-                "finish_reason": self._finish(ids, max_tokens),
+                "finish_reason": self._finish(ids),
             }
             if body.get("return_token_ids"):
                 choice["token_ids"] = ids
@@ -822,7 +856,7 @@ class ForkedServer(_ChildServer):
             os.write(1, f"serving {self.name} on {self.url} (forked, weight_version 0)\n".encode())
             self._ready.write_text(self.url)
 
-        run_app(server.app(), "127.0.0.1", self.port, token=self.token, on_start=started,
+        run_app(server.app(), "127.0.0.1", self.port, token=server.token, on_start=started,
                 loop=new_event_loop())  # fmt: skip
         sys.exit(0)
 

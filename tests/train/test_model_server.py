@@ -260,3 +260,69 @@ async def test_a_refused_batch_fails_every_turn_in_it_with_the_servers_message()
         await batcher.aclose()
     assert batcher.requests == 1
     assert all(isinstance(r, LLMError) and "rows per request" in str(r) for r in results), results
+
+
+async def test_a_json_body_over_max_body_is_refused_before_it_is_read_but_weights_still_load():
+    # the app's client_max_size is the weight upload's (twice the model): a JSON route must
+    # stop at max_body, by Content-Length or, without one, once max_body + 1 bytes arrived
+    async with Served(limits=ServerLimits(max_body=64 * 1024)) as s:
+        big = json.dumps({"prompt": [1] * 34_000, "max_tokens": 1}).encode()
+        assert len(big) > 100_000
+        status, out = await s.post("/v1/completions", data=big, headers={"Content-Type": "application/json"})  # fmt: skip
+        assert status == 413 and "65,536 bytes" in out["error"] and "--max-body-kb" in out["error"]
+        assert "\n" not in out["error"]
+        status, out = await s.post("/v1/chat/completions", data=big)
+        assert status == 413 and "--max-body-kb" in out["error"]
+
+        async def chunks():  # no Content-Length: chunked transfer encoding
+            for k in range(0, len(big), 8192):
+                yield big[k : k + 8192]
+
+        status, out = await s.post("/v1/completions", data=chunks())
+        assert status == 413 and "--max-body-kb" in out["error"]
+        weights = state_bytes(load_engine(tiny=ENV, seed=1).model)
+        assert len(weights) > 64 * 1024
+        status, out = await s.post("/update_weights?weight_version=1", data=weights)
+        assert (status, out["weight_version"]) == (200, "1")
+        status, out = await s.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 1})
+        assert status == 200 and out["weight_version"] == "1"
+
+
+async def test_a_server_without_a_token_takes_the_environments(monkeypatch):
+    monkeypatch.setenv("GEMKIT_SERVE_TOKEN", "from-env")
+    async with Served(token=None) as s:
+        assert s.server.token == "from-env"
+        status, out = await s.post("/v1/completions", json={"prompt": [1], "max_tokens": 1})
+        assert status == 401 and "Bearer" in out["error"]
+        status, _ = await s.post("/v1/completions", json={"prompt": [1], "max_tokens": 1}, headers={"Authorization": "Bearer from-env"})  # fmt: skip
+        assert status == 200
+    monkeypatch.setenv("GEMKIT_SERVE_TOKEN", "")
+    assert ModelServer(load_engine(tiny=ENV)).token is None
+
+
+async def test_rows_per_request_are_capped_for_one_prompt_and_for_chat():
+    async with Served(limits=ServerLimits(max_batch=2)) as s:
+        status, out = await s.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 1, "n": 3})  # fmt: skip
+        assert status == 400 and "1 prompt x n=3" in out["error"] and "rows per request" in out["error"]  # fmt: skip
+        status, out = await s.post("/v1/completions", json={"prompt": "Word: apple", "max_tokens": 1, "n": 3})  # fmt: skip
+        assert status == 400 and "rows per request" in out["error"]
+        chat = {"messages": [{"role": "user", "content": "Word: apple"}], "max_tokens": 1, "n": 3}
+        status, out = await s.post("/v1/chat/completions", json=chat)
+        assert status == 400 and "rows per request" in out["error"]
+        status, out = await s.post("/v1/chat/completions", json={**chat, "n": 2})
+        assert status == 200 and len(out["choices"]) == 2
+        assert s.server.rows == 2  # the refused requests sampled nothing
+
+
+async def test_the_kv_cache_argument_is_found_once_per_engine(monkeypatch):
+    from gemkit.train import model_server
+
+    async with Served() as s:
+        assert s.engine.cache_arg in ("cache", "past_key_values")
+
+        def per_batch(model):
+            raise AssertionError("the cache argument is looked up per batch")
+
+        monkeypatch.setattr(model_server, "_cache_argument", per_batch)
+        status, out = await s.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 3, "temperature": 0})  # fmt: skip
+        assert status == 200 and out["choices"][0]["finish_reason"] in ("stop", "length")
