@@ -8,8 +8,14 @@ import pytest
 import gemkit
 from gemkit.envs.gem.variants import VARIANTS
 
-gem = pytest.importorskip("gem", reason="needs GEM to compare with: pip install 'gemkit[gem]'")
-from gem.envs.registration import ENV_REGISTRY  # noqa: E402
+try:  # only the comparisons need GEM; the rules' own tests run without it
+    import gem
+    from gem.envs.registration import ENV_REGISTRY
+except ImportError:
+    gem = ENV_REGISTRY = None
+needs_gem = pytest.mark.skipif(
+    gem is None, reason="needs GEM to compare with: pip install 'gemkit[gem]'"
+)
 
 #: gemkit constructor argument -> GEM's
 GEM_NAMES = {
@@ -47,6 +53,7 @@ def _align(mine, theirs) -> None:
         theirs.game_code = list(mine.code)
 
 
+@needs_gem
 @pytest.mark.parametrize(
     "gem_id", [f"game:{name}-v0-{level}" for name, _, levels in VARIANTS for level in levels]
 )
@@ -58,6 +65,7 @@ def test_levels_are_gems(gem_id):
     assert theirs.get("duplicate_numbers", False) is False
 
 
+@needs_gem
 @pytest.mark.parametrize(
     "gem_id", [f"game:{name}-v0-{level}" for name, _, levels in VARIANTS for level in levels]
 )
