@@ -22,8 +22,8 @@ from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.code import statements
 from gemkit.envs.code.probes import TestShapeError, task_builtins, validate_test
 from gemkit.envs.code.statements import Failure, Grading
-from gemkit.envs.math.records import seeded_index
 from gemkit.errors import GemkitError
+from gemkit.items import pick_index
 from gemkit.policy import SyncPolicy
 from gemkit.sandbox import ExecResult, Sandbox, shared_sandbox
 
@@ -192,16 +192,11 @@ class CodeEnv(Env):
     ) -> ResetResult:
         """Pick a problem (`options={"index": i}` for a given one) and show it."""
         super().reset(seed=seed)
-        index = (options or {}).get("index")
-        if index is None:
-            n = len(self.problems)
-            index = seeded_index(seed, n) if seed is not None else int(self.np_random.integers(n))
-        elif not 0 <= int(index) < len(self.problems):
-            raise ValueError(f"index must be in [0, {len(self.problems)}), got {index}")
-        self.problem = self.problems[int(index)]
+        index = pick_index(options, len(self.problems), self.np_random, seed)
+        self.problem = self.problems[index]
         self.attempts = 0
         self.done = False
-        return self._prompt(self.problem), {"index": int(index), "id": self.problem.id}
+        return self._prompt(self.problem), {"index": index, "id": self.problem.id}
 
     def _prompt(self, problem: Problem) -> str:
         if problem.io_style:

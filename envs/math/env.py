@@ -11,8 +11,9 @@ from typing import Any, NamedTuple
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.math.arithmetic import ArithmeticProblems
 from gemkit.envs.math.grading import Backend, agrade, grade, normalize
-from gemkit.envs.math.records import RecordsError, RecordSet, load_records, pick_index
+from gemkit.envs.math.records import RecordsError, RecordSet, load_records
 from gemkit.envs.math.replies import MAX_ANSWERS, plain_text, read_reply
+from gemkit.items import pick_index
 
 BUILTIN_PATH = Path(__file__).parent / "data" / "builtin.jsonl"
 ANSWER_FORMAT = "Put your final answer inside \\boxed{}, as in \\boxed{your answer}."

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from gemkit.core import Env, ResetResult, StepResult
-from gemkit.envs.math.records import RecordsError, RecordSet, load_records, pick_index
+from gemkit.envs.math.records import RecordsError, RecordSet, load_records
 from gemkit.envs.math.replies import MAX_ANSWERS, read_reply
 from gemkit.envs.qa.metrics import METRICS, best_score, comparable, exact_match, f1_score
+from gemkit.items import pick_index
 
 DATA = Path(__file__).parent / "data"
 BUILTIN_PATH = DATA / "builtin.jsonl"

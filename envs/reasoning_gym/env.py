@@ -9,11 +9,11 @@ from typing import Any
 
 from gemkit.answers import extract_answer
 from gemkit.core import Env, ResetResult, StepResult
-from gemkit.envs.math.records import pick_index
 from gemkit.envs.reasoning_gym.items import item_at
 from gemkit.envs.reasoning_gym.safety import refusal
 from gemkit.envs.reasoning_gym.scoring import reference_answer, reward
 from gemkit.errors import GemkitError
+from gemkit.items import pick_index
 
 #: default number of distinct items per env; items are generated on demand by index
 DEFAULT_SIZE = 100_000

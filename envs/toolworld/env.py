@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from gemkit.core import Env, ResetResult, StepResult
-from gemkit.envs.math.records import seeded_index
 from gemkit.envs.toolworld.categories import played_category
 from gemkit.envs.toolworld.category import Database, ToolWorldError, task_from_record
+from gemkit.items import pick_index
 from gemkit.records.base import RecordError, per_file
 from gemkit.records.tasks import TaskRecord
 from gemkit.tools.base import Tool
@@ -179,13 +179,11 @@ class ToolWorldEnv(Env):
         """Pick a task (`options={"index": i}` or at random) and show its prompt."""
         super().reset(seed=seed)
         options = options or {}
-        index = options.get("index")
-        if index is None:
-            n = len(self.records)
-            index = seeded_index(seed, n) if seed is not None else int(self.np_random.integers(n))
-        if not 0 <= int(index) < len(self.records):
-            raise ToolWorldError(f"task index {index} out of range 0..{len(self.records) - 1}")
-        self.record = self.records[int(index)]
+        try:
+            index = pick_index(options, len(self.records), self.np_random, seed)
+        except IndexError as e:
+            raise ToolWorldError(f"task {e}") from None
+        self.record = self.records[index]
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import gemkit
-from gemkit.envs.math.records import seeded_index
+from gemkit.items import seeded_index
 
 DATASET_ENVS = ["math:Builtin-v0", "qa:Builtin-v0", "code:Builtin-v0"]
 
@@ -50,3 +50,15 @@ def test_toolworld_tasks_of_consecutive_seeds_differ():
     finally:
         env.close()
     assert len(set(seen)) == len(records)
+
+
+@pytest.mark.parametrize("env_id", [*DATASET_ENVS, "toolworld:TripPlanning-v0"])
+@pytest.mark.parametrize("index", [True, 2.7, "1", -1, 10**9])
+def test_every_dataset_env_refuses_an_index_that_is_not_one_of_its_items(env_id, index):
+    # code and toolworld had their own copy of the index rule, which took True and 2.7
+    env = gemkit.make(env_id)
+    try:
+        with pytest.raises((IndexError, gemkit.GemkitError), match=r"must be an integer in \[0, "):
+            env.reset(options={"index": index})
+    finally:
+        env.close()
