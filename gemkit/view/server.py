@@ -4,6 +4,9 @@
   records by index row, static files by a fixed list of names.
 - Bound to 127.0.0.1 by default; then a request whose Host header is not a loopback name is
   refused, so a web page cannot reach the viewer through DNS rebinding.
+- A request another site's page makes (an `<img>`, a form, a fetch) is refused: one marked
+  `Sec-Fetch-Site: cross-site` or `same-site`, or whose `Origin` is not the viewer's own.
+  Such a page cannot make the viewer run verifiers or search whole files on its behalf.
 - Every page is built from escaped parts and sent with a Content-Security-Policy that allows
   no inline script, so model-written text cannot run in the page.
 - Any failure is a page with a one-line message; the traceback goes to the log only.
@@ -47,6 +50,23 @@ HEADERS = {
 #: the app's `Viewer` (for tests and embedding)
 VIEWER: web.AppKey[Viewer] = web.AppKey("viewer")
 LOOPBACK_NAMES = {"localhost", "localhost.", "127.0.0.1", "::1", "[::1]"}
+#: verifier runs at a time (each runs model-written code in the sandbox)
+CHECK_SLOTS = 2
+#: how long a page waits for a free verifier slot
+CHECK_WAIT_S = 60.0
+
+
+def foreign_request(headers: Mapping[str, str], scheme: str) -> str | None:
+    """Why a request comes from another site's page, or None if it does not."""
+    site = headers.get("Sec-Fetch-Site", "").strip().lower()
+    if site in ("cross-site", "same-site"):
+        return f"it was made by another site's page (Sec-Fetch-Site: {site})"
+    origin = headers.get("Origin")
+    if origin is not None:
+        own = f"{scheme}://{headers.get('Host', '')}".lower()
+        if origin.strip().lower().rstrip("/") != own:
+            return f"it was made by a page of {origin[:80]!r}, not of this viewer"
+    return None
 
 
 def is_loopback(host: str) -> bool:
@@ -76,6 +96,8 @@ class Viewer:
         self.lock = threading.Lock()
         self.catalog: Catalog = discover(self.path)
         self._checks: OrderedDict[tuple[str, int, int], Mapping[str, Any]] = OrderedDict()
+        self._checks_lock = threading.Lock()  # pages are built on worker threads
+        self._check_slots = threading.BoundedSemaphore(CHECK_SLOTS)
 
     def rediscover(self) -> Catalog:
         """Look for files that appeared since the last look (indexes are kept)."""
@@ -89,8 +111,9 @@ class Viewer:
             return {"note": "no task checker: the verdict is computed by `gemkit view`"}
         coll = self.catalog.collection(key)
         cache_key = (key, row, len(coll.index))
-        if cache_key in self._checks:
-            return self._checks[cache_key]
+        with self._checks_lock:
+            if cache_key in self._checks:
+                return self._checks[cache_key]
         raw, error = coll.record(row)
         if raw is None or error or "task" not in raw and "prompt" not in raw:
             return None
@@ -99,16 +122,24 @@ class Viewer:
         note = ""
         if isinstance(rel, str) and rel:
             db, note = find_database(self.catalog.allowed, coll.folder, rel)
+        if not self._check_slots.acquire(timeout=CHECK_WAIT_S):
+            return {"note": "the verifier is busy with other records; reload the page to retry"}
         try:
+            with self._checks_lock:  # another page may have checked it while this one waited
+                if cache_key in self._checks:
+                    return self._checks[cache_key]
             result = dict(self.task_check(task_record(raw), db))
         except Exception as e:  # noqa: BLE001 - a checker failure is shown, not raised
             log.exception("task checker failed on %s row %d", key, row)
             result = {"note": f"the verifier could not be run: {type(e).__name__}: {e}"}
+        finally:
+            self._check_slots.release()
         if note and not result.get("verdict"):
             result["note"] = f"{result.get('note') or ''} ({note})".strip()
-        self._checks[cache_key] = result
-        while len(self._checks) > 64:
-            self._checks.popitem(last=False)
+        with self._checks_lock:
+            self._checks[cache_key] = result
+            while len(self._checks) > 64:
+                self._checks.popitem(last=False)
         return result
 
 
@@ -156,6 +187,13 @@ def make_app(
                         "this viewer answers only requests addressed to 127.0.0.1 or localhost "
                         f"(this one was addressed to {request.headers.get('Host', '')[:80]!r})",
                         root=root,
+                    ),
+                    403,
+                )
+            elif why := foreign_request(request.headers, request.scheme):
+                resp = _page(
+                    pages.error_page(
+                        403, f"this viewer answers only its own pages; {why}", root=root
                     ),
                     403,
                 )

@@ -19,6 +19,7 @@ import json
 import mmap
 import os
 import sqlite3
+import stat
 import threading
 from array import array
 from collections import OrderedDict
@@ -107,14 +108,9 @@ class JsonlSource:
         self._nofollow = 0 if path.is_symlink() else getattr(os, "O_NOFOLLOW", 0)
 
     def open(self) -> BinaryIO:
-        """The file, for reading (a link that replaced it since discovery is refused)."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY | self._nofollow)
-        except OSError as e:
-            if e.errno == errno.ELOOP:
-                raise ViewError(f"{self.rel} was replaced by a link; it is not followed") from None
-            raise
-        return os.fdopen(fd, "rb")
+        """The file, for reading (a link that replaced it since discovery is refused, and so
+        is anything not a regular file: a FIFO would block the open and the read)."""
+        return open_plain(self.path, self.rel, self._nofollow)
 
     def reset(self) -> None:
         """Forget what was scanned (the next scan starts at the top)."""
@@ -177,10 +173,62 @@ class JsonlSource:
         return sorted(hits)
 
 
-def dataset_files(folder: Path) -> list[Path]:
-    """The Arrow files of a `save_to_disk` folder, each checked to lie in that folder."""
+def open_plain(path: Path, rel: str, nofollow: int | None = None) -> BinaryIO:
+    """`path` opened for reading, if it is a regular file; a link is refused unless
+    `nofollow` is 0 (discovery checked where it leads). Opened without blocking, so a FIFO
+    put in a file's place is refused instead of hanging the viewer."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    flags |= getattr(os, "O_NOFOLLOW", 0) if nofollow is None else nofollow
     try:
-        state = json.loads((folder / "state.json").read_text(encoding="utf-8"))
+        fd = os.open(path, flags)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ViewError(f"{rel} was replaced by a link; it is not followed") from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ViewError(f"{rel} is not a regular file; it is not read")
+        if hasattr(os, "set_blocking"):
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def is_plain(path: Path) -> bool:
+    """Whether `path` itself (not where a link leads) is a regular file."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def read_plain(path: Path, rel: str, limit: int) -> bytes:
+    """The first `limit` bytes of a regular file that is not a link."""
+    with open_plain(path, rel) as f:
+        return f.read(limit)
+
+
+def read_tail(path: Path, limit: int = 64 * 1024) -> tuple[bytes, int]:
+    """The last `limit` bytes of a side file and its size (a link is followed only if it was
+    one at discovery, which checked where it leads; a FIFO or device is refused)."""
+    with open_plain(path, path.name, 0 if path.is_symlink() else None) as f:
+        size = os.fstat(f.fileno()).st_size
+        f.seek(max(0, size - limit))
+        return f.read(limit), size
+
+
+#: how much of a datasets folder's JSON files is read
+DATASET_JSON_BYTES = 16 * 1024 * 1024
+
+
+def dataset_files(folder: Path) -> list[Path]:
+    """The Arrow files of a `save_to_disk` folder, each checked to be a regular file in that
+    folder (not a link: it could lead anywhere)."""
+    rel = f"{folder.name}/state.json"
+    try:
+        state = json.loads(read_plain(folder / "state.json", rel, DATASET_JSON_BYTES))
         names = [d["filename"] for d in state["_data_files"]]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise ViewError(f"{folder.name}/state.json is not a datasets state file ({e})") from e
@@ -189,6 +237,8 @@ def dataset_files(folder: Path) -> list[Path]:
         p = folder / str(name)
         if not isinstance(name, str) or "/" in name or "\\" in name or name.startswith("."):
             raise ViewError(f"{folder.name}/state.json names {name!r}, not a file in its folder")
+        if not is_plain(p) or p.parent != folder:
+            raise ViewError(f"{folder.name}/{name} is a link or not a regular file; it is not read")
         out.append(p)
     return out
 
@@ -212,8 +262,10 @@ class ArrowSource:
             tables = []
             for p in dataset_files(self.path):
                 try:
-                    tables.append(pa.ipc.open_stream(pa.memory_map(str(p))).read_all())
-                except (OSError, pa.ArrowInvalid) as e:
+                    with open_plain(p, f"{self.rel}/{p.name}") as f:
+                        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                    tables.append(pa.ipc.open_stream(pa.py_buffer(mm)).read_all())
+                except (OSError, ValueError, pa.ArrowInvalid) as e:
                     raise ViewError(
                         f"{self.rel}: {p.name} is not a readable Arrow file ({e})"
                     ) from e
@@ -768,9 +820,9 @@ SIDE_FILES = ("summary.json", "run.json", "progress.log", "failed.jsonl")
 
 def _first_keys(path: Path) -> list[str] | None:
     try:
-        with path.open("rb") as f:
+        with open_plain(path, path.name, 0) as f:  # discovery checked where a link leads
             line = f.readline(SNIFF_BYTES)
-    except OSError:
+    except (OSError, ViewError):
         return None
     raw, _ = parse_line(line, 1) if line.endswith(b"\n") or len(line) < SNIFF_BYTES else (None, "")
     return list(raw) if raw else None
@@ -778,9 +830,11 @@ def _first_keys(path: Path) -> list[str] | None:
 
 def _dataset_kind(folder: Path) -> str | None:
     try:
-        info = json.loads((folder / "dataset_info.json").read_text(encoding="utf-8"))
+        info = json.loads(
+            read_plain(folder / "dataset_info.json", "dataset_info.json", DATASET_JSON_BYTES)
+        )
         return sniff_kind(list((info.get("features") or {}).keys()))
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, ViewError):
         return None
 
 
@@ -856,8 +910,13 @@ def _walk(cat: Catalog, add: Any) -> None:
         depth = len(here.relative_to(root).parts)
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and depth < MAX_DEPTH)
         if "state.json" in files and "dataset_info.json" in files:
-            kind = _dataset_kind(here)
-            if kind is None:
+            links = [n for n in ("state.json", "dataset_info.json") if not is_plain(here / n)]
+            kind = None if links else _dataset_kind(here)
+            if links:
+                cat.skipped.append(
+                    f"{rel}/: {' and '.join(links)} is a link or not a regular file; not read"
+                )
+            elif kind is None:
                 cat.skipped.append(f"{rel}/: a datasets folder of records not known here")
             else:
                 add(kind, here, ArrowSource(here, rel))
@@ -870,6 +929,10 @@ def _walk(cat: Catalog, add: Any) -> None:
             prel = _rel(root, p)
             if p.is_symlink() and not inside(root, p):
                 cat.skipped.append(f"{prel}: a link to a file outside the folder")
+                continue
+            if not p.is_file():  # a FIFO (opening it blocks), a socket, a device, a dangling link
+                if n.endswith(".jsonl") or n in SIDE_FILES:
+                    cat.skipped.append(f"{prel}: not a regular file; not read")
                 continue
             if n in SIDE_FILES:
                 if p not in cat.side.setdefault(rel, []):

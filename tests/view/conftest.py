@@ -90,12 +90,21 @@ class Got:
     text: str
 
 
-def fetch(base: str, path: str, *, method: str = "GET", host: str | None = None) -> Got:
+def fetch(
+    base: str,
+    path: str,
+    *,
+    method: str = "GET",
+    host: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Got:
     """One request to the viewer (Host header settable, unlike urllib's)."""
     parts = urlsplit(base)
     conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
     try:
-        headers = {"Host": host} if host is not None else {}
+        headers = dict(headers or {})
+        if host is not None:
+            headers["Host"] = host
         conn.request(method, path, headers=headers)
         resp = conn.getresponse()
         body = resp.read().decode("utf-8", "replace")
@@ -192,7 +201,7 @@ def write():
 
 @pytest.fixture
 def get():
-    """`get(base_url, path, method=, host=)`: one HTTP request to a viewer."""
+    """`get(base_url, path, method=, host=, headers=)`: one HTTP request to a viewer."""
     return fetch
 
 

@@ -9,6 +9,8 @@ import os
 import re
 import shutil
 import sqlite3
+import threading
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -204,6 +206,108 @@ def test_a_dataset_state_file_cannot_name_a_file_outside_its_folder(tmp_path, ge
     assert "Which" not in listing, "no question of the secret file is shown"
 
 
+@pytest.mark.parametrize("name", ["data-00000-of-00001.arrow", "state.json", "dataset_info.json"])
+def test_a_dataset_file_swapped_for_a_link_to_a_file_outside_is_not_read(tmp_path, get, demo, name):
+    """An Arrow, state or info file of a datasets folder that is a link (here, to a copy of
+    itself outside PATH, so only the link check can refuse it) is not read through."""
+    ds = tmp_path / "run" / "dataset"
+    shutil.copytree(demo / "synth-qa" / "dataset", ds)
+    outside = tmp_path / f"secret-{name}"
+    shutil.move(ds / name, outside)
+    (ds / name).symlink_to(outside)
+    with ViewServer(tmp_path / "run") as v:
+        page = html.unescape(get(v.url, "/").text)
+        listing = get(v.url, "/list?c=dataset/qa").text
+        record = get(v.url, "/record?c=dataset/qa&r=0").text
+    assert "is a link or not a regular file" in page, page
+    assert "Which" not in listing and "Which" not in record, "no question is read through"
+
+
+def _discover_within(root: Path, seconds: float = 30.0) -> store.Catalog:
+    """`discover(root)` on a thread, so that a hang fails the test instead of the run."""
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(discover(root)), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "discovery hung (a FIFO was opened)"
+    assert got, "discovery raised"
+    return got[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_named_like_a_record_or_side_file_does_not_hang_the_viewer(tmp_path, get, write):
+    """A FIFO blocks whoever opens it until a writer comes: discovery and every page skip it
+    (a FIFO named *.jsonl, and a FIFO progress.log next to records)."""
+    root = tmp_path / "run"
+    write(root / "episodes.jsonl", [{"env_id": "mine", "turns": []}])
+    os.mkfifo(root / "episodes-2.jsonl")
+    os.mkfifo(root / "progress.log")
+    os.mkfifo(root / "qa-sniffed.jsonl")
+    cat = _discover_within(root)
+    assert cat.collection("episodes").files == ["episodes.jsonl"]
+    assert cat.side.get("", []) == []
+    assert "episodes-2.jsonl: not a regular file; not read" in cat.skipped
+    assert "progress.log: not a regular file; not read" in cat.skipped
+    out: dict = {}
+
+    def browse() -> None:
+        with ViewServer(root) as v:
+            out["overview"] = html.unescape(get(v.url, "/").text)
+            out["plots"] = get(v.url, "/plots?c=episodes").status
+            (root / "progress.log").unlink()
+            (root / "progress.log").write_text("ok\n")
+            out["again"] = get(v.url, "/").status
+            (root / "progress.log").unlink()
+            os.mkfifo(root / "progress.log")  # a FIFO put in a side file's place later
+            out["swapped"] = html.unescape(get(v.url, "/").text)
+            out["plots2"] = get(v.url, "/plots?c=episodes").status
+
+    t = threading.Thread(target=browse, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "a page hung on a FIFO"
+    assert "mine" in out["overview"] or "episodes" in out["overview"]
+    assert out["plots"] == out["again"] == out["plots2"] == 200
+    assert "progress.log is not a regular file; it is not read" in out["swapped"]
+
+
+def test_a_record_file_swapped_for_a_fifo_after_discovery_is_not_opened(tmp_path, get, write):
+    """A record file replaced by a FIFO once indexed is refused, not waited on."""
+    root = tmp_path / "run"
+    path = write(root / "episodes.jsonl", [{"env_id": "mine", "turns": []}])
+    out: dict = {}
+
+    def browse() -> None:
+        with ViewServer(root) as v:
+            get(v.url, "/list?c=episodes")
+            path.unlink()
+            os.mkfifo(path)
+            out["record"] = get(v.url, "/record?c=episodes&r=0").status
+            out["overview"] = html.unescape(get(v.url, "/").text)
+
+    t = threading.Thread(target=browse, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "a page hung on a FIFO"
+    assert out["record"] == 404
+    assert "episodes.jsonl: not a regular file; not read" in out["overview"]
+
+
+def test_a_long_log_beside_the_records_shows_its_last_lines(tmp_path, get, write):
+    """progress.log over 1 MB is not hidden: the page reads and shows only its tail."""
+    root = tmp_path / "run"
+    write(root / "episodes.jsonl", [{"env_id": "mine", "turns": []}])
+    lines = [f"2026-01-01T00:00:00 line {i:07d}: kept" for i in range(60_000)]
+    (root / "progress.log").write_text("\n".join(lines) + "\n")
+    assert (root / "progress.log").stat().st_size > 2**20
+    with ViewServer(root) as v:
+        page = get(v.url, "/").text
+        plots = get(v.url, "/plots?c=episodes").status
+    assert "over 1 MB" not in page
+    assert "line 0059999" in page and "line 0000000" not in page
+    assert plots == 200
+
+
 def snapshot(root: Path) -> dict[str, tuple[int, int, bytes]]:
     out = {}
     for dirpath, _, files in os.walk(root):
@@ -251,6 +355,68 @@ def test_only_get_is_answered(viewer, get, method):
 def test_a_request_for_another_host_name_is_refused(viewer, get, host, status):
     """Bound to loopback, the viewer answers only loopback Host names (DNS rebinding)."""
     assert get(viewer.url, "/list?c=episodes", host=host).status == status
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Sec-Fetch-Site": "cross-site"},
+        {"Sec-Fetch-Site": "same-site"},
+        {"Origin": "https://evil.example"},
+        {"Origin": "null"},
+        {"Origin": "http://127.0.0.1:1"},
+    ],
+)
+@pytest.mark.parametrize("path", ["/record?c=synth-tasks/tasks&r=0", "/list?c=episodes&q=x"])
+def test_a_request_another_site_makes_is_refused(viewer, get, headers, path):
+    """An `<img src=http://127.0.0.1:PORT/record?...>` on a web page passes the Host check;
+    the browser marks it cross-site, and the viewer refuses it (no verifier runs, no search)."""
+    got = get(viewer.url, path, headers=headers)
+    assert got.status == 403, got.status
+    assert "this viewer answers only its own pages" in html.unescape(got.text)
+
+
+def test_a_request_of_the_viewer_own_pages_is_answered(viewer, get):
+    """No fetch metadata (curl, an old browser), a typed address, a link of its own pages."""
+    own = viewer.url.rstrip("/")
+    for headers in (
+        {},
+        {"Sec-Fetch-Site": "none"},
+        {"Sec-Fetch-Site": "same-origin", "Origin": own},
+        {"Origin": own},
+    ):
+        assert get(viewer.url, "/list?c=episodes", headers=headers).status == 200, headers
+
+
+def test_verifier_checks_from_many_threads_run_a_few_at_a_time(tmp_path, demo, monkeypatch):
+    """Pages are built on worker threads: the check cache is guarded, and at most
+    CHECK_SLOTS verifiers run at once."""
+    from gemkit.view.server import CHECK_SLOTS, Viewer
+
+    running, peak = [0], [0]
+    lock = threading.Lock()
+
+    def slow(record, database):
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return {"note": "ok"}
+
+    v = Viewer(demo / "synth-tasks", task_check=slow)
+    coll = v.catalog.collection("tasks")
+    coll.refresh()
+    n = min(len(coll.index), 12)
+    threads = [threading.Thread(target=v.check_task, args=("tasks", r % n)) for r in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert peak[0] <= CHECK_SLOTS
+    results = [v.check_task("tasks", r) for r in range(n)]
+    assert any(results) and all(r == {"note": "ok"} for r in results if r is not None), results
 
 
 def test_a_huge_line_is_listed_not_parsed(tmp_path, get, write, monkeypatch):

@@ -11,7 +11,10 @@ import numpy as np
 
 from gemkit.view.markup import Markup, fmt, join
 from gemkit.view.pages.parts import kv, layout, message, num, pre, section, url
-from gemkit.view.store import Catalog, Collection, JsonlSource
+from gemkit.view.store import Catalog, Collection, JsonlSource, ViewError, read_tail
+
+#: how much of the end of a log a page reads
+SIDE_TAIL_BYTES = 64 * 1024
 
 
 def _size(path: Path) -> str:
@@ -57,14 +60,21 @@ def collection_notes(coll: Collection) -> list[Markup]:
 def _side_files(paths: Sequence[Path]) -> Markup:
     parts = []
     for p in paths:
+        whole = p.name in ("summary.json", "run.json")  # JSON: its tail would not parse
         try:
-            if p.stat().st_size > 2**20:
-                parts.append(message(f"{p.name} is over 1 MB; not shown", "info"))
-                continue
-            text = p.read_text(encoding="utf-8", errors="replace")
+            data, size = read_tail(p, 2**20 if whole else SIDE_TAIL_BYTES)
+        except ViewError as e:
+            parts.append(message(str(e), "error"))
+            continue
         except OSError as e:
             parts.append(message(f"{p.name}: cannot be read ({e.strerror})", "error"))
             continue
+        if whole and size > 2**20:
+            parts.append(message(f"{p.name} is over 1 MB; not shown", "info"))
+            continue
+        if len(data) < size:  # a tail: drop the first, cut line
+            data = data.partition(b"\n")[2]
+        text = data.decode("utf-8", errors="replace")
         if p.name == "summary.json":
             parts.append(section("summary.json (per env id)", _summary_table(text)))
         elif p.name == "run.json":

@@ -9,7 +9,10 @@ import numpy as np
 from gemkit.view import plots
 from gemkit.view.markup import Markup, fmt, join
 from gemkit.view.pages.parts import crumbs, layout, url
-from gemkit.view.store import Catalog, Collection
+from gemkit.view.store import Catalog, Collection, ViewError, read_tail
+
+#: how much of the end of progress.log the chart reads (a page never reads a whole log)
+PROGRESS_TAIL_BYTES = 4 * 2**20
 
 
 def _mean(values: np.ndarray) -> float:
@@ -32,19 +35,21 @@ def _progress_log(cat: Catalog, coll: Collection) -> list[tuple[float, str]]:
         if p.name != "progress.log":
             continue
         try:
-            with p.open("r", encoding="utf-8", errors="replace") as f:
-                for line in f:
-                    stamp, _, rest = line.partition(" ")
-                    try:
-                        t = dt.datetime.fromisoformat(stamp).timestamp()
-                    except ValueError:
-                        continue
-                    if ": kept" in rest:
-                        events.append((t, "kept"))
-                    elif ": rejected" in rest:
-                        events.append((t, "rejected"))
-        except OSError:
+            data, size = read_tail(p, PROGRESS_TAIL_BYTES)
+        except (OSError, ViewError):
             continue
+        if len(data) < size:  # a tail: drop the first, cut line
+            data = data.partition(b"\n")[2]
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            stamp, _, rest = line.partition(" ")
+            try:
+                t = dt.datetime.fromisoformat(stamp).timestamp()
+            except ValueError:
+                continue
+            if ": kept" in rest:
+                events.append((t, "kept"))
+            elif ": rejected" in rest:
+                events.append((t, "rejected"))
     return events
 
 
