@@ -50,8 +50,15 @@ from gemkit.errors import GemkitError
 from gemkit.llm import LLMClient, TokenBatcher, TokenPolicy
 from gemkit.rl import batch_returns, grpo_advantages
 from gemkit.rollout import Episode, run_episode
+from gemkit.serving import resolve_token
 from gemkit.train.args import parse_args
-from gemkit.train.model_server import ForkedServer, ServerProcess, state_bytes, vocab_hash
+from gemkit.train.model_server import (
+    ForkedServer,
+    ServerLimits,
+    ServerProcess,
+    state_bytes,
+    vocab_hash,
+)
 from gemkit.train.offpolicy import KEPT, STALE, Row, admit, corrected_loss, pack_rows
 from gemkit.train.sequences import token_logprobs
 from gemkit.train.tiny import load_policy, tiny_policy
@@ -148,9 +155,15 @@ def start_server(args: Args, model, tokenizer) -> ServerProcess | ForkedServer |
         return None
     log = Path(args.out) / "server.log"
     if model.device.type == "cpu":
-        return ForkedServer(model, tokenizer, seed=args.seed, log_path=log).start()
+        # the server's cap on max_tokens must admit every turn's --max-new-tokens
+        limits = ServerLimits(max_tokens=max(ServerLimits().max_tokens, args.max_new_tokens))
+        return ForkedServer(
+            model, tokenizer, seed=args.seed, limits=limits, token=args.token, log_path=log
+        ).start()
     flags = ["--tiny", args.env] if args.tiny else [str(args.model)]
     flags += ["--seed", str(args.seed), "--max-tokens", str(args.max_new_tokens)]
+    if args.token:
+        flags += ["--token", args.token]
     return ServerProcess(flags, log_path=log).start()
 
 
@@ -414,6 +427,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "args.json").write_text(json.dumps(asdict(args), indent=2))
+    # the servers' default: $GEMKIT_SERVE_TOKEN (for the server started here and the client)
+    args.token = resolve_token(args.token)
     if args.threads or args.tiny:  # a tiny model runs fastest on one thread
         torch.set_num_threads(args.threads or 1)
     torch.manual_seed(args.seed)

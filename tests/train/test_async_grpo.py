@@ -133,3 +133,33 @@ def test_async_grpo_explains_a_server_it_cannot_reach(example, tmp_path):
     with pytest.raises(SystemExit, match="error: Cannot connect"):
         trainer.main(["--tiny", "--env", "toy:Copy-v0", "--server", url, "--no-progress",
                       "--out", str(tmp_path / "run")])  # fmt: skip
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_server_it_starts_admits_max_new_tokens_and_requires_the_token(
+    example, tmp_path, monkeypatch, device
+):
+    from types import SimpleNamespace
+
+    trainer = example("async_grpo")
+    started = {}
+
+    class Recorder:
+        def __init__(self, *args, **kwargs):
+            started.update(args=args, kwargs=kwargs)
+
+        def start(self):
+            return self
+
+    monkeypatch.setattr(trainer, "ForkedServer", Recorder)
+    monkeypatch.setattr(trainer, "ServerProcess", Recorder)
+    args = trainer.Args(tiny=True, env="toy:Copy-v0", max_new_tokens=300, token="s3cret", out=str(tmp_path))  # fmt: skip
+    model = SimpleNamespace(device=torch.device(device))
+    assert isinstance(trainer.start_server(args, model, object()), Recorder)
+    if device == "cpu":  # forked: its limits must take 300 tokens a turn (the default is 256)
+        kwargs = started["kwargs"]
+        assert kwargs["limits"].max_tokens >= 300 and kwargs["token"] == "s3cret"
+    else:  # `gemkit serve model` flags
+        flags = started["args"][0]
+        assert flags[flags.index("--max-tokens") + 1] == "300"
+        assert flags[flags.index("--token") + 1] == "s3cret"
