@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from gemkit.cli.arguments import positive
 from gemkit.cli.console import console
 from gemkit.cli.serve_model import add_model_parser
 from gemkit.errors import GemkitError
@@ -49,19 +50,12 @@ def _add_search(targets: argparse._SubParsersAction) -> None:
         ("--max-body-kb", d.max_body // 1024, "request body size in KiB"),
         ("--threads", d.threads, "searches running at once"),
     ):
-        limits.add_argument(flag, type=_positive_int, default=default, help=f"{what} ({default})")
+        limits.add_argument(flag, type=positive, default=default, help=f"{what} ({default})")
     p.add_argument(
         "--token",
         help="require 'Authorization: Bearer TOKEN' on every request (default $GEMKIT_SERVE_TOKEN)",
     )
     p.set_defaults(serve=_run_search)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
 
 
 def _run_search(args: argparse.Namespace) -> int:
@@ -130,19 +124,15 @@ def _add_env(targets: argparse._SubParsersAction) -> None:
     p.add_argument("env_id", metavar="ID", help="env id, e.g. game:GuessTheNumber-v0-easy")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8010, help="port, 1-65535 (default 8010)")
-    p.add_argument("--max-sessions", type=_positive_int, default=1024, help="open sessions at most")
+    p.add_argument("--max-sessions", type=positive, default=1024, help="open sessions at most")
     p.add_argument(
         "--session-ttl",
         type=float,
         default=3600.0,
         help="close a session idle this many seconds (default 3600; 0: never)",
     )
-    p.add_argument(
-        "--max-body-kb", type=_positive_int, default=4096, help="largest request body (KiB)"
-    )
-    p.add_argument(
-        "--workers", type=_positive_int, help="threads for sync env calls (default CPUs + 4)"
-    )
+    p.add_argument("--max-body-kb", type=positive, default=4096, help="largest request body (KiB)")
+    p.add_argument("--workers", type=positive, help="threads for sync env calls (default CPUs + 4)")
     p.add_argument(
         "--token",
         help="require 'Authorization: Bearer TOKEN' on every request (default $GEMKIT_SERVE_TOKEN)",

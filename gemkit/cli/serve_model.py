@@ -5,18 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gemkit.cli.arguments import positive
 from gemkit.cli.console import console
 from gemkit.errors import GemkitError
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
 
 
 def add_model_parser(targets: argparse._SubParsersAction) -> None:
@@ -35,9 +26,9 @@ def add_model_parser(targets: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, default=8000, help="port, 1-65535 (default 8000)")
     p.add_argument("--device", default="cpu", help="torch device (default cpu)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    p.add_argument("--max-tokens", type=_positive_int, default=256, help="cap on max_tokens")
-    p.add_argument("--max-batch", type=_positive_int, default=64, help="rows per forward pass")
-    p.add_argument("--max-body-kb", type=_positive_int, default=4096, help="JSON body limit")
+    p.add_argument("--max-tokens", type=positive, default=256, help="cap on max_tokens")
+    p.add_argument("--max-batch", type=positive, default=64, help="rows per forward pass")
+    p.add_argument("--max-body-kb", type=positive, default=4096, help="JSON body limit")
     p.add_argument(
         "--batch-wait-ms",
         type=float,

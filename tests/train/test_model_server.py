@@ -326,3 +326,20 @@ async def test_the_kv_cache_argument_is_found_once_per_engine(monkeypatch):
         monkeypatch.setattr(model_server, "_cache_argument", per_batch)
         status, out = await s.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 3, "temperature": 0})  # fmt: skip
         assert status == 200 and out["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["serve", "model", "--tiny", ENV, "--max-tokens", "0"],
+        ["serve", "search", "corpus.jsonl", "--max-topk", "x"],
+        ["serve", "env", "toy:Copy-v0", "--workers", "0"],
+    ],
+)
+def test_serve_flags_share_one_positive_number_check(capsys, argv):
+    from gemkit.cli import main as cli
+
+    with pytest.raises(SystemExit) as e:
+        cli(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "expected a" in err and "_positive_int" not in err
