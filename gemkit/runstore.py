@@ -209,14 +209,25 @@ class _Scan:
     size: int
 
 
-def _json_lines(f: IO[bytes], path: Path, hint: str) -> Iterator[tuple[int, int, Any]]:
+def _json_lines(
+    f: IO[bytes], path: Path, hint: str, *, whole_tail: bool = False
+) -> Iterator[tuple[int, int, Any]]:
     """(line number, bytes, object) of each complete, non-blank line; a bad one raises.
 
     The one line rule of every reader: a torn last line (no newline: a writer killed or still
     writing) ends the file, a blank line is skipped, any other line must be a JSON object.
+    With `whole_tail`, a last line without a newline that is a whole JSON object (a file
+    written by hand) is read too; the store cuts it instead and writes it again.
     """
     for n, line in enumerate(f, 1):
         if not line.endswith(b"\n"):
+            if whole_tail:
+                try:
+                    raw = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    return
+                if isinstance(raw, dict):
+                    yield n, len(line), raw
             return
         if not line.strip():
             yield n, len(line), None
@@ -266,12 +277,12 @@ def read_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, An
     """(line number, object) of each complete line of a JSONL file, changing nothing.
 
     A torn last line (no newline: a writer killed or still writing) is skipped, and so is a
-    blank line; any other line that is not a JSON object raises a `RunStoreError` naming the
-    file and the line.
+    blank line; a last line without a newline that is a whole JSON object is read. Any other
+    line that is not a JSON object raises a `RunStoreError` naming the file and the line.
     """
     path = Path(path)
     with path.open("rb") as f:
-        for n, _, raw in _json_lines(f, path, ""):
+        for n, _, raw in _json_lines(f, path, "", whole_tail=True):
             if raw is not None:
                 yield n, raw
 

@@ -8,7 +8,6 @@ needs are one search away and nowhere else. Records are `gemkit.records.qa.QARec
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from gemkit.errors import GemkitError
 from gemkit.records.base import RecordError, per_file
 from gemkit.records.qa import QARecord
+from gemkit.runstore import read_lines
 
 
 def load_synth_records(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], Path | None]:
@@ -38,28 +38,14 @@ def load_synth_records(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any
 
 
 def _read_questions(qa: Path) -> list[dict[str, Any]]:
-    records = []
-    with qa.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                r = QARecord.parse(json.loads(line), f"{qa}, line {n}")
-            except (json.JSONDecodeError, RecordError) as e:
-                if n > 1 and not line.endswith("\n"):
-                    break  # a run still writing (or killed mid-line): its last line is torn
-                if isinstance(e, RecordError):
-                    raise GemkitError(str(e)) from None
-                raise GemkitError(f"{qa}, line {n}: not a synth QA record ({e})") from None
-            records.append(
-                {
-                    "id": r.id,
-                    "question": r.question,
-                    "answer": r.answer,
-                    "aliases": r.answer_aliases,
-                }
-            )
-    return records
+    try:
+        parsed = [QARecord.parse(raw, f"{qa}, line {n}") for n, raw in read_lines(qa)]
+    except RecordError as e:
+        raise GemkitError(str(e)) from None
+    return [
+        {"id": r.id, "question": r.question, "answer": r.answer, "aliases": r.answer_aliases}
+        for r in parsed
+    ]
 
 
 def synthesized_env(

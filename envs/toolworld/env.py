@@ -15,7 +15,6 @@ built by `gemkit.synth.tasks.builtin_sets`, which registers those ids.
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from gemkit.envs.toolworld.category import Database, ToolWorldError, task_from_r
 from gemkit.items import pick_index
 from gemkit.records.base import RecordError, per_file
 from gemkit.records.tasks import TaskRecord
+from gemkit.runstore import RunStoreError, read_lines
 from gemkit.tools.base import Tool
 from gemkit.tools.wrapper import ToolEnvWrapper
 
@@ -59,21 +59,10 @@ def load_records(path: str | Path) -> list[TaskRecord]:
 
 
 def _read_records(file: Path) -> list[TaskRecord]:
-    lines = file.read_text(encoding="utf-8").split("\n")
-    records = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            raw = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines):  # the last line, with no newline: an interrupted write
-                continue
-            raise ToolWorldError(f"{file}, line {n}: not JSON; the file is damaged") from None
-        try:
-            records.append(TaskRecord.parse(raw, f"{file}, line {n}"))
-        except RecordError as e:
-            raise ToolWorldError(str(e)) from None
+    try:
+        records = [TaskRecord.parse(raw, f"{file}, line {n}") for n, raw in read_lines(file)]
+    except (RecordError, RunStoreError) as e:
+        raise ToolWorldError(str(e)) from None
     if not records:
         raise ToolWorldError(f"{file} holds no complete task record")
     return records

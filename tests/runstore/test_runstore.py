@@ -310,3 +310,13 @@ def test_a_peer_failing_is_not_taken_for_the_disk(error, disk):
     # a run told "cannot write OUT: Connection refused; free some space" would send its user
     # to the wrong place, and synth tasks would drop its half-made database for it
     assert is_storage_error(error) is disk
+
+
+def test_a_hand_written_file_without_a_final_newline_keeps_its_last_record(tmp_path):
+    # an editor often leaves no newline after the last line: that record is whole, while a
+    # torn write (a killed writer) is not a JSON object and is still skipped
+    path = tmp_path / "x.jsonl"
+    path.write_bytes(b'{"k": 0}\n{"k": 1}')
+    assert [r["k"] for _, r in read_lines(path)] == [0, 1]
+    path.write_bytes(b'{"k": 0}\n{"k": 1, "v": [1, 2')
+    assert [r["k"] for _, r in read_lines(path)] == [0]
