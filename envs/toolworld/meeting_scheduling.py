@@ -81,7 +81,6 @@ class MeetingScheduling(Category):
     name = "meeting_scheduling"
     env_name = "MeetingScheduling"
     description = "Schedule meetings across calendars and rooms."
-    solution_file = "meeting_scheduling_solution"
 
     def functions(self, db: Callable[[], Database]) -> dict[str, Callable[..., Any]]:
         """The office's tool functions."""

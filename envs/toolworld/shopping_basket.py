@@ -68,7 +68,6 @@ class ShoppingBasket(Category):
     name = "shopping_basket"
     env_name = "ShoppingBasket"
     description = "Fill a shopping basket under a budget, dietary rules and nutrition targets."
-    solution_file = "shopping_basket_solution"
 
     def functions(self, db: Callable[[], Database]) -> dict[str, Callable[..., Any]]:
         """The shop's tool functions."""

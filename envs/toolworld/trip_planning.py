@@ -237,7 +237,6 @@ class TripPlanning(Category):
     name = "trip_planning"
     env_name = "TripPlanning"
     description = "Plan a multi-day trip under tier, weather, transport and budget rules."
-    solution_file = "trip_planning_solution"
 
     def functions(self, db: Callable[[], Database]) -> dict[str, Callable[..., Any]]:
         """The fifteen trip-planning tool functions."""

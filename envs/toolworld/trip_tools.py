@@ -34,13 +34,10 @@ def _keywords(info_keywords: list[str] | str) -> list[str]:
 
 
 def _infos(db: Database, table: str, info_keywords: list[str] | str, name: str) -> dict[str, Any]:
-    key = "name"
-    rows = db.query(f"SELECT * FROM {table} WHERE {key} = ?", (name,))
+    rows = db.query(f"SELECT * FROM {table} WHERE name = ?", (name,))
     if not rows:
-        raise ValueError(
-            f"no {_KIND[table]} named {name!r}; list them with "
-            f"get_all_{table}_by_city" + ("" if table != "cities" else " / get_all_cities")
-        )
+        lister = "get_all_cities" if table == "cities" else f"get_all_{table}_by_city(city)"
+        raise ValueError(f"no {_KIND[table]} named {name!r}; list them with {lister}")
     wanted = _keywords(info_keywords) or _INFO_COLUMNS[table]
     unknown = [k for k in wanted if k not in _INFO_COLUMNS[table]]
     if unknown:
@@ -49,10 +46,7 @@ def _infos(db: Database, table: str, info_keywords: list[str] | str, name: str) 
             f"{', '.join(_INFO_COLUMNS[table])}"
         )
     row = rows[0]
-    out = {k: row[k] for k in wanted}
-    if "metro" in out:
-        out["metro"] = bool(out["metro"])
-    return out
+    return {k: row[k] for k in wanted}
 
 
 def _city_check(db: Database, city: str) -> None:

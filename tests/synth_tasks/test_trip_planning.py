@@ -293,6 +293,12 @@ def test_tools_report_unknown_names_clearly(trip_tasks):
     fns = CAT.functions(lambda: db)
     with pytest.raises(ValueError, match="no hotel named 'Nowhere Inn'"):
         fns["get_infos_by_hotel"](["price"], "Nowhere Inn")
+    # the message names a tool that exists (it named get_all_cities_by_city for a city)
+    for tool, kind in [("get_infos_by_city", "city"), ("get_infos_by_hotel", "hotel")]:
+        with pytest.raises(ValueError) as e:
+            fns[tool]([], "Nowhere")
+        lister = str(e.value).rpartition("list them with ")[2].partition("(")[0]
+        assert lister in fns and kind in str(e.value), str(e.value)
     hotel = db.query("SELECT name FROM hotels LIMIT 1")[0]["name"]
     with pytest.raises(ValueError, match="unknown info keyword"):
         fns["get_infos_by_hotel"]("price, colour", hotel)
