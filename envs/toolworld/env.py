@@ -184,9 +184,11 @@ class ToolWorldEnv(Env):
             self.task = code_task(self.record)
         else:
             self.task = task_from_record(self.record)
-        if self._db is not None:
-            self._db.close()
-        self._db = Database(self.root / self.record.database)
+        path = self.root / self.record.database
+        if self._db is None or self._db.path != path:  # the next task of the same database
+            if self._db is not None:  # keeps its read-only connection and the verifier's cache
+                self._db.close()
+            self._db = Database(path)
         self.done = False
         info = {
             "task_id": self.record.id,

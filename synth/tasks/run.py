@@ -24,7 +24,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -491,10 +491,3 @@ def export_datasets(
     with store.replacing("datasets") as tmp:
         save_dataset(typed, TaskRecord, tmp)
     return out / "datasets"
-
-
-def config_dict(config: RunConfig) -> dict[str, Any]:
-    """The config as JSON-ready data (for logs and the run's own record)."""
-    d = asdict(config)
-    d["out"] = str(config.out)
-    return d
