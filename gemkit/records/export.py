@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
@@ -93,9 +93,10 @@ def _json_fields(model: type[BaseModel]) -> dict[str, Any]:
     return out
 
 
-def _encode(value: Any, plan: dict[str, Any]) -> Any:
+def _convert(value: Any, plan: dict[str, Any], leaf: Callable[[Any], Any]) -> Any:
+    """`value` with `leaf` applied to each field the plan marks as JSON text (`True`)."""
     if isinstance(value, list):
-        return [_encode(v, plan) for v in value]
+        return [_convert(v, plan, leaf) for v in value]
     if not isinstance(value, dict):
         return value
     out = dict(value)
@@ -103,26 +104,18 @@ def _encode(value: Any, plan: dict[str, Any]) -> Any:
         if name not in out:
             continue
         if sub is True:
-            out[name] = json.dumps(out[name], ensure_ascii=False)
+            out[name] = leaf(out[name])
         elif out[name] is not None:
-            out[name] = _encode(out[name], sub)
+            out[name] = _convert(out[name], sub, leaf)
     return out
+
+
+def _encode(value: Any, plan: dict[str, Any]) -> Any:
+    return _convert(value, plan, lambda v: json.dumps(v, ensure_ascii=False))
 
 
 def _decode(value: Any, plan: dict[str, Any]) -> Any:
-    if isinstance(value, list):
-        return [_decode(v, plan) for v in value]
-    if not isinstance(value, dict):
-        return value
-    out = dict(value)
-    for name, sub in plan.items():
-        if name not in out:
-            continue
-        if sub is True:
-            out[name] = _loads(out[name])
-        elif out[name] is not None:
-            out[name] = _decode(out[name], sub)
-    return out
+    return _convert(value, plan, _loads)
 
 
 def _loads(value: Any) -> Any:
