@@ -13,9 +13,9 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import numpy as np
@@ -24,6 +24,7 @@ from gemkit.errors import GemkitError
 from gemkit.llm.sampled import SampledTokens, from_chat_choice
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 ENV_BASE_URL = "GEMKIT_BASE_URL"
 ENV_API_KEY = "GEMKIT_API_KEY"
@@ -418,19 +419,34 @@ class LLMClient:
     async def _send(
         self, path: str, body: dict[str, Any], timeout: float | None, what: str
     ) -> tuple[dict[str, Any], int]:
+        limit = timeout if timeout is not None else self.timeout
+        return await self._retrying(lambda: self._post(body, limit, path), what)
+
+    async def _retrying(
+        self,
+        call: Callable[[], Awaitable[T]],
+        what: str,
+        sent: Callable[[], int] = lambda: 0,
+    ) -> tuple[T, int]:
+        """`call()` with the client's retries; `(its result, attempts)`.
+
+        `sent()` counts what an attempt has already handed on (stream pieces): once it is not
+        0, a failure is final, since a retry would hand them on twice.
+        """
         self.num_requests += 1
         attempt = 0
         while True:
             attempt += 1
             self.num_attempts += 1
             try:
-                data = await self._post(
-                    body, timeout if timeout is not None else self.timeout, path
-                )
+                return await call(), attempt
             except _Retryable as e:
-                if attempt > self.max_retries:
+                handed = sent()
+                if handed or attempt > self.max_retries:
+                    pieces = f" and {handed} chunks" if handed else ""
                     raise LLMError(
-                        f"{what} request to {self.base_url} failed after {attempt} attempts: {e}",
+                        f"{what} request to {self.base_url} failed after {attempt} attempts"
+                        f"{pieces}: {e}",
                         status=e.status,
                         attempts=attempt,
                     ) from None
@@ -438,8 +454,6 @@ class LLMClient:
                 logger.info("%s attempt %d failed (%s); retrying in %.2fs", what, attempt, e, delay)
                 self.num_retries += 1
                 await asyncio.sleep(delay)
-                continue
-            return data, attempt
 
     async def _post(
         self, body: dict[str, Any], timeout: float, path: str = "/chat/completions"
@@ -458,13 +472,7 @@ class LLMClient:
                 raise _Retryable(f"no answer within {timeout:g}s") from None
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
                 raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
-        if status in RETRY_STATUSES or status >= 500:
-            raise _Retryable(f"HTTP {status}: {_error_message(text)}", retry_after, status)
-        if status >= 400:
-            raise LLMError(
-                f"the endpoint rejected the request (HTTP {status}): {_error_message(text)}",
-                status=status,
-            )
+        _raise_for(status, text, retry_after)
         try:
             data = json.loads(text)
         except json.JSONDecodeError:
@@ -497,33 +505,20 @@ class LLMClient:
         body = self.build_body(messages, tools=tools, **params)
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
-        self.num_requests += 1
+        limit = timeout if timeout is not None else self.timeout
         start = time.monotonic()
-        attempt = 0
-        while True:
-            attempt += 1
-            self.num_attempts += 1
-            chunks: list[dict[str, Any]] = []
-            try:
-                await self._post_stream(
-                    body, timeout if timeout is not None else self.timeout, chunks, on_delta
-                )
-            except _Retryable as e:
-                if chunks or attempt > self.max_retries:
-                    raise LLMError(
-                        f"streamed chat request to {self.base_url} failed after {attempt} "
-                        f"attempts{' and ' + str(len(chunks)) + ' chunks' if chunks else ''}: {e}",
-                        status=e.status,
-                        attempts=attempt,
-                    ) from None
-                self.num_retries += 1
-                await asyncio.sleep(self._delay(attempt, e.retry_after))
-                continue
-            response = ChatResponse.from_dict(
-                assemble_chunks(chunks), attempts=attempt, latency_s=time.monotonic() - start
-            )
-            self.usage = self.usage + response.usage
-            return response
+        chunks: list[dict[str, Any]] = []
+
+        async def attempt() -> None:
+            chunks.clear()
+            await self._post_stream(body, limit, chunks, on_delta)
+
+        _, attempts = await self._retrying(attempt, "streamed chat", lambda: len(chunks))
+        response = ChatResponse.from_dict(
+            assemble_chunks(chunks), attempts=attempts, latency_s=time.monotonic() - start
+        )
+        self.usage = self.usage + response.usage
+        return response
 
     async def _post_stream(
         self,
@@ -540,19 +535,8 @@ class LLMClient:
                     url, json=body, timeout=aiohttp.ClientTimeout(total=timeout)
                 ) as resp:
                     if resp.status >= 400:
-                        text = await resp.text()
                         retry_after = _parse_retry_after(resp.headers.get("Retry-After"))
-                        if resp.status in RETRY_STATUSES or resp.status >= 500:
-                            raise _Retryable(
-                                f"HTTP {resp.status}: {_error_message(text)}",
-                                retry_after,
-                                resp.status,
-                            )
-                        raise LLMError(
-                            f"the endpoint rejected the request (HTTP {resp.status}): "
-                            f"{_error_message(text)}",
-                            status=resp.status,
-                        )
+                        _raise_for(resp.status, await resp.text(), retry_after)
                     async for line in resp.content:
                         chunk = sse_data(line)
                         if chunk is None:
@@ -609,6 +593,17 @@ def _parse_retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def _raise_for(status: int, text: str, retry_after: float | None) -> None:
+    """Raise for an HTTP status that is no answer: `_Retryable` (429, 5xx) or `LLMError`."""
+    if status in RETRY_STATUSES or status >= 500:
+        raise _Retryable(f"HTTP {status}: {_error_message(text)}", retry_after, status)
+    if status >= 400:
+        raise LLMError(
+            f"the endpoint rejected the request (HTTP {status}): {_error_message(text)}",
+            status=status,
+        )
 
 
 def _error_message(text: str) -> str:
