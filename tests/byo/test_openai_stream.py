@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from gemkit.llm import LLMClient
+from gemkit.llm import LLMClient, LLMError
 from gemkit.llm.client import ChatDelta, assemble_chunks
 from gemkit.testing import ScriptedOpenAIServer
 from gemkit.testing.openai_server import Reply, text_pieces
@@ -122,3 +122,43 @@ def test_assembling_a_stream_merges_tool_call_pieces_by_index():
         ("b", "g", '{"x": 1}'),
     ]
     assert body["choices"][0]["finish_reason"] == "tool_calls" and body["id"] == "c"
+
+
+async def test_a_stream_that_breaks_after_its_first_pieces_is_not_sent_again():
+    # a retry would hand the same pieces to on_delta twice: the broken stream is final
+    from aiohttp import web
+
+    requests = []
+
+    async def half_a_stream(request):
+        requests.append(await request.json())
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for word in ("one ", "two "):
+            chunk = {
+                "id": "c",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": "m",
+                "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}],
+            }
+            await resp.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        request.transport.close()  # the connection drops mid-answer
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", half_a_stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    seen = []
+    client = LLMClient(base_url=f"http://127.0.0.1:{port}/v1", model="m", backoff_base=0.01)
+    try:
+        with pytest.raises(LLMError, match="after 1 attempts and 2 chunks"):
+            await client.chat_stream([{"role": "user", "content": "x"}], on_delta=seen.append)
+    finally:
+        await client.close()
+        await runner.cleanup()
+    assert len(requests) == 1 and [d.content for d in seen] == ["one ", "two "]
