@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gemkit.cache import cache_dir
 from gemkit.errors import GemkitError
 
 logger = logging.getLogger(__name__)
@@ -56,10 +57,7 @@ class SearchIndexError(GemkitError):
 
 def default_cache_dir() -> Path:
     """Where index files live unless told otherwise: `$GEMKIT_CACHE_DIR/search` or ~/.cache."""
-    root = os.environ.get("GEMKIT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gemkit"
-    )
-    return Path(root) / "search"
+    return cache_dir("search")
 
 
 def query_words(text: str, max_tokens: int = MAX_QUERY_TOKENS) -> list[str]:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from gemkit.cache import cache_dir as gemkit_cache
 from gemkit.errors import GemkitError
 from gemkit.registry import register
 
@@ -29,10 +30,7 @@ DEFAULT_SET = {"n": 32, "world_size": 1500, "seed": 0, "min_inject": 3, "min_fuz
 
 def cache_dir() -> Path:
     """Where the default set lives: `$GEMKIT_CACHE_DIR/synth-qa` or ~/.cache/gemkit/synth-qa."""
-    root = os.environ.get("GEMKIT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gemkit"
-    )
-    return Path(root) / "synth-qa"
+    return gemkit_cache("synth-qa")
 
 
 @contextlib.contextmanager

@@ -11,12 +11,12 @@ entry point `toolworld.synth`) because they need its records; the env that plays
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from gemkit.cache import cache_dir
 from gemkit.registry import register
 
 #: env name -> (category, description)
@@ -45,10 +45,7 @@ BUILTIN_K = 2
 
 def cache_root() -> Path:
     """Where built-in task sets are kept (`GEMKIT_CACHE_DIR`, else `~/.cache/gemkit`)."""
-    base = os.environ.get("GEMKIT_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gemkit"
-    )
-    return Path(base) / "toolworld"
+    return cache_dir("toolworld")
 
 
 def builtin_dir(category: str, *, n: int = BUILTIN_TASKS, seed: int = 0) -> Path:
