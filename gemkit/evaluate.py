@@ -16,14 +16,13 @@ run resumed writes the same bytes an uninterrupted run writes.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gemkit.policy import Policy
 from gemkit.records.episodes import EpisodeRecord
-from gemkit.rollout import Episode, run_episode, summarize
+from gemkit.rollout import Episode, play_in_order, summarize
 from gemkit.runstore import MAX_FAILURES, RecordFile, RunStore
 
 EPISODES_FILE = "episodes.jsonl"
@@ -63,49 +62,16 @@ async def play(
     order of `indices`, whatever order they finish in. If `commit` raises, the episodes in
     flight are cancelled and the error propagates.
     """
-    from gemkit.registry import make
-
-    order = list(indices)
-    window = WINDOW * concurrency
-    idle: list[Any] = []
-    made: list[Any] = []
-    finished: dict[int, Episode] = {}
-    running: set[asyncio.Task] = set()
-    started = committed = 0
-
-    async def one(k: int, env: Any) -> tuple[int, Any, Episode]:
-        policy = new_policy(seed + k)
-        return k, env, await run_episode(env, policy, env_id=env_id, seed=seed + k)
-
-    try:
-        while committed < len(order):
-            while (
-                len(running) < concurrency and started < len(order) and started < committed + window
-            ):
-                if not idle:
-                    made.append(make(env_id, **(make_kwargs or {})))
-                    idle.append(made[-1])
-                running.add(asyncio.create_task(one(order[started], idle.pop())))
-                started += 1
-            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                k, env, episode = task.result()
-                idle.append(env)
-                finished[k] = episode
-            while committed < len(order) and order[committed] in finished:
-                k = order[committed]
-                commit(k, finished.pop(k))
-                committed += 1
-    finally:
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
-        for env in made:
-            closer = getattr(env, "aclose", None)
-            if closer is not None:
-                await closer()
-            else:
-                env.close()
+    await play_in_order(
+        env_id,
+        indices,
+        new_policy,
+        seed=seed,
+        concurrency=concurrency,
+        make_kwargs=make_kwargs,
+        commit=commit,
+        window=WINDOW * concurrency,
+    )
 
 
 def run_summary(

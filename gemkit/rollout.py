@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -222,6 +222,73 @@ async def run_episode(
     return episode
 
 
+async def play_in_order(
+    env_id: str,
+    indices: Sequence[int],
+    new_policy: Callable[[int], Policy],
+    *,
+    seed: int = 0,
+    concurrency: int = 16,
+    make_kwargs: Mapping[str, Any] | None = None,
+    commit: Callable[[int, Episode], None],
+    window: int | None = None,
+    on_finish: Callable[[int, Episode], None] | None = None,
+) -> None:
+    """Play episodes `indices` of `env_id` (episode k: seed `seed + k`, `new_policy(seed + k)`).
+
+    Up to `concurrency` play at once on pooled envs (made as needed, closed at the end);
+    `on_finish(k, episode)` is called as each finishes and `commit(k, episode)` in the order
+    of `indices`. An episode starts only within `window` of the oldest uncommitted one (no
+    limit if None). If a callback raises, the episodes in flight are cancelled and the error
+    propagates.
+    """
+    from gemkit.registry import make
+
+    order = list(indices)
+    window = len(order) if window is None else window
+    idle: list[Any] = []
+    made: list[Any] = []
+    finished: dict[int, Episode] = {}
+    running: set[asyncio.Task] = set()
+    started = committed = 0
+
+    async def one(k: int, env: Any) -> tuple[int, Any, Episode]:
+        policy = new_policy(seed + k)
+        return k, env, await run_episode(env, policy, env_id=env_id, seed=seed + k)
+
+    try:
+        while committed < len(order):
+            while (
+                len(running) < concurrency and started < len(order) and started < committed + window
+            ):
+                if not idle:
+                    made.append(make(env_id, **(make_kwargs or {})))
+                    idle.append(made[-1])
+                running.add(asyncio.create_task(one(order[started], idle.pop())))
+                started += 1
+            done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                k, env, episode = task.result()
+                idle.append(env)
+                finished[k] = episode
+                if on_finish is not None:
+                    on_finish(k, episode)
+            while committed < len(order) and order[committed] in finished:
+                k = order[committed]
+                commit(k, finished.pop(k))
+                committed += 1
+    finally:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        for env in made:
+            closer = getattr(env, "aclose", None)
+            if closer is not None:
+                await closer()
+            else:
+                env.close()
+
+
 async def arun_episodes(
     env_id: str,
     policy_factory: Callable[[], Policy],
@@ -231,40 +298,37 @@ async def arun_episodes(
     concurrency: int = 64,
     make_kwargs: dict[str, Any] | None = None,
     on_episode: Callable[[int, Episode], None] | None = None,
-    skip: Iterable[int] = (),
 ) -> list[Episode]:
     """Run `n` episodes (episode k uses seed `seed + k`) with up to `concurrency` at once.
 
     Envs and policies are pooled and reused across episodes; results come back in episode
     order whatever the concurrency, and `on_episode(k, episode)` is called as each finishes.
     """
-    from gemkit.registry import make
+    idle: list[Policy] = []
+    playing: dict[int, Policy] = {}
+    results: list[Episode] = []
 
-    todo = [k for k in range(n) if k not in set(skip)]
-    pool: asyncio.Queue = asyncio.Queue()
-    for _ in range(max(1, min(concurrency, len(todo)))):
-        pool.put_nowait((make(env_id, **(make_kwargs or {})), policy_factory()))
-    results: dict[int, Episode] = {}
+    def new_policy(episode_seed: int) -> Policy:
+        policy = idle.pop() if idle else policy_factory()
+        playing[episode_seed - seed] = policy
+        return policy
 
-    async def one(k: int) -> None:
-        env, policy = await pool.get()
-        try:
-            ep = await run_episode(env, policy, env_id=env_id, seed=seed + k)
-            results[k] = ep
-            if on_episode is not None:
-                on_episode(k, ep)
-        finally:
-            pool.put_nowait((env, policy))
+    def on_finish(k: int, episode: Episode) -> None:
+        idle.append(playing.pop(k))
+        if on_episode is not None:
+            on_episode(k, episode)
 
-    await asyncio.gather(*(one(k) for k in todo))
-    while not pool.empty():
-        env, _ = pool.get_nowait()
-        closer = getattr(env, "aclose", None)
-        if closer is not None:
-            await closer()
-        else:
-            env.close()
-    return [results[k] for k in todo]
+    await play_in_order(
+        env_id,
+        range(n),
+        new_policy,
+        seed=seed,
+        concurrency=max(1, concurrency),
+        make_kwargs=make_kwargs,
+        commit=lambda k, episode: results.append(episode),
+        on_finish=on_finish,
+    )
+    return results
 
 
 def run_episodes(
