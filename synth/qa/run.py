@@ -558,13 +558,17 @@ def read_records(out: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
     Reading changes nothing: a torn last line (a run still writing, or killed) is skipped.
     """
+    return [record.to_json() for record in _parse_records(out)]
+
+
+def _parse_records(out: str | os.PathLike[str]) -> list[QARecord]:
     path = Path(out) / QA_FILE
     if not path.exists():
         return []
     out_records = []
     for n, raw in read_lines(path):
         try:
-            out_records.append(QARecord.parse(raw, f"{path}, line {n}").to_json())
+            out_records.append(QARecord.parse(raw, f"{path}, line {n}"))
         except RecordError as e:
             raise GemkitError(str(e)) from None
     return out_records
@@ -581,7 +585,7 @@ def export_dataset(out: str | os.PathLike[str], store: RunStore | None = None) -
     from gemkit.records.export import save_dataset
 
     out = Path(out)
-    records = [QARecord.parse(r) for r in read_records(out)]
+    records = _parse_records(out)
     if store is None:
         return save_dataset(records, QARecord, out / "dataset")
     with store.replacing("dataset") as tmp:
