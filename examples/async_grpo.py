@@ -50,7 +50,7 @@ from gemkit.errors import GemkitError
 from gemkit.llm import LLMClient, TokenBatcher, TokenPolicy
 from gemkit.rl import batch_returns, grpo_advantages
 from gemkit.rollout import Episode, run_episode
-from gemkit.serving import resolve_token
+from gemkit.serving import auth_headers, resolve_token
 from gemkit.train.args import parse_args
 from gemkit.train.model_server import (
     ForkedServer,
@@ -59,7 +59,15 @@ from gemkit.train.model_server import (
     state_bytes,
     vocab_hash,
 )
-from gemkit.train.offpolicy import KEPT, STALE, Row, admit, corrected_loss, pack_rows
+from gemkit.train.offpolicy import (
+    KEPT,
+    STALE,
+    Row,
+    admit,
+    corrected_loss,
+    pack_rows,
+    staleness,
+)
 from gemkit.train.sequences import token_logprobs
 from gemkit.train.tiny import load_policy, tiny_policy
 from gemkit.train.update import save
@@ -186,7 +194,7 @@ async def send_weights(
     version: int,
 ) -> None:
     """Hand a snapshot to the server as `version` (it swaps them in between requests)."""
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    headers = auth_headers(args.token)
     if weights is None:
         return
     if isinstance(weights, bytes):
@@ -359,7 +367,7 @@ async def train(args: Args, model, tokenizer, server) -> list[dict]:
                             counts["stale" if verdict == STALE else "filtered"] += 1
                             continue
                         batch.append(group)
-                        lags.append(version - min(versions) if versions else 0)
+                        lags.append(staleness(version, versions))
                     wait_s = time.perf_counter() - t0
                     rows = rows_of(batch, args)
                     t1 = time.perf_counter()

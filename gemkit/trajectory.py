@@ -14,7 +14,7 @@ history, or a server re-rendered the chat template differently) starts a new seq
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,18 +47,6 @@ class TurnTokens:
             raise TrajectoryError(
                 f"{len(self.completion_ids)} completion ids but {len(self.logprobs)} log-probs"
             )
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> TurnTokens:
-        """Read the dict `dataclasses.asdict` wrote (a JSONL line)."""
-        logprobs = d.get("logprobs")
-        return cls(
-            prompt_ids=[int(x) for x in d.get("prompt_ids") or []],
-            completion_ids=[int(x) for x in d.get("completion_ids") or []],
-            logprobs=None if logprobs is None else [float(x) for x in logprobs],
-            version=None if d.get("version") is None else int(d["version"]),
-            continues=bool(d.get("continues", False)),
-        )
 
 
 def continued_turn(

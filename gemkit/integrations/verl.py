@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from gemkit.core import areset_of, astep_of
@@ -28,6 +28,7 @@ from gemkit.errors import GemkitError
 from gemkit.integrations.episode_tokens import observation_text as _text
 from gemkit.integrations.episode_tokens import prompt_ids, reply_ids
 from gemkit.integrations.requires import missing_dependency
+from gemkit.trajectory import TokenSequence
 
 log = logging.getLogger(__name__)
 
@@ -36,27 +37,27 @@ Generate = Callable[[list[int]], Awaitable[tuple[list[int], list[float] | None]]
 
 
 @dataclass
-class EpisodeTokens:
-    """One episode as verl wants it: prompt, response with its mask and log-probs, reward."""
+class EpisodeTokens(TokenSequence):
+    """One episode as verl wants it: a `TokenSequence` (prompt, response with its mask and
+    log-probs, per-turn rewards) with verl's field names, the episode's reward and success."""
 
-    prompt_ids: list[int]
-    response_ids: list[int] = field(default_factory=list)
-    response_mask: list[int] = field(default_factory=list)
-    response_logprobs: list[float] | None = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
     reward: float = 0.0
     success: bool = False
-    num_turns: int = 0
 
-    def add(self, ids: Sequence[int], mask: int, logprobs: Sequence[float] | None = None) -> None:
-        """Append tokens with one mask value (1 model, 0 env) and their log-probs (0 for env)."""
-        self.response_ids += list(ids)
-        self.response_mask += [mask] * len(ids)
-        if self.response_logprobs is not None:
-            if mask == 1 and logprobs is None:
-                self.response_logprobs = None  # the server did not report them
-            else:
-                self.response_logprobs += list(logprobs) if mask == 1 else [0.0] * len(ids)
+    @property
+    def response_mask(self) -> list[int]:
+        """1 on model tokens, 0 on env tokens."""
+        return self.mask
+
+    @property
+    def response_logprobs(self) -> list[float] | None:
+        """The sampler's log-probs (0.0 on env tokens), None when a turn had none."""
+        return self.logprobs
+
+    @property
+    def num_turns(self) -> int:
+        """Model turns played."""
+        return self.turns
 
 
 async def play_episode(
@@ -85,8 +86,7 @@ async def play_episode(
             break
         tokens, logprobs = await generate(episode.prompt_ids + episode.response_ids)
         tokens = list(tokens)[:room]
-        episode.add(tokens, 1, None if logprobs is None else list(logprobs)[: len(tokens)])
-        episode.num_turns += 1
+        episode.add(tokens, True, None if logprobs is None else list(logprobs)[: len(tokens)])
         action = tokenizer.decode(tokens, skip_special_tokens=True)
         obs, reward, terminated, truncated, info = await astep_of(env, action)
         episode.rewards.append(float(reward))
@@ -94,7 +94,7 @@ async def play_episode(
             episode.success = bool(info.get("success", False))
             break
         room = response_length - len(episode.response_ids)
-        episode.add(reply_ids(tokenizer, _text(obs))[:room], 0)
+        episode.add(reply_ids(tokenizer, _text(obs))[:room], False)
     if episode.rewards:
         episode.reward = float(discounted_returns(episode.rewards, gamma)[0])
     return episode

@@ -42,7 +42,8 @@ VLLM_COMPLETION_TOKEN_FIELDS: dict[str, Any] = {
     "return_token_ids": True,
     "return_tokens_as_token_ids": True,
 }
-_TOKEN_ID_PREFIX = "token_id:"
+#: how vLLM spells a token with `return_tokens_as_token_ids` (`"token_id:N"`)
+TOKEN_ID_PREFIX = "token_id:"
 
 
 class SampledTokensError(GemkitError):
@@ -65,15 +66,25 @@ class SampledTokens:
     version: int | None = None
 
 
+def chat_logprobs(tokens: Sequence[str], logprobs: Sequence[float]) -> dict[str, Any]:
+    """A vLLM chat choice's `logprobs` object: one `content` entry per sampled token."""
+    return {
+        "content": [
+            {"token": t, "logprob": lp, "bytes": None, "top_logprobs": []}
+            for t, lp in zip(tokens, logprobs, strict=True)
+        ]
+    }
+
+
 def token_id(value: Any, where: str) -> int:
     """A token id from an int or a vLLM `"token_id:N"` string; anything else is an error."""
     if isinstance(value, bool):
         raise SampledTokensError(f"{where}: expected a token id, got {value!r}")
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.startswith(_TOKEN_ID_PREFIX):
+    if isinstance(value, str) and value.startswith(TOKEN_ID_PREFIX):
         try:
-            return int(value[len(_TOKEN_ID_PREFIX) :])
+            return int(value[len(TOKEN_ID_PREFIX) :])
         except ValueError:
             pass
     raise SampledTokensError(
@@ -100,7 +111,7 @@ def _logprobs(values: list[Any], where: str) -> list[float]:
 
 def _token_ids(raw: list[Any], where: str) -> list[int] | None:
     """Ids from vLLM's `"token_id:N"` strings; None when the tokens are text."""
-    if not raw or not all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in raw):
+    if not raw or not all(isinstance(t, str) and t.startswith(TOKEN_ID_PREFIX) for t in raw):
         return None
     return [token_id(t, f"{where}[{j}]") for j, t in enumerate(raw)]
 

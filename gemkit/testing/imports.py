@@ -251,13 +251,3 @@ def _components(succ: dict[str, set[str]]) -> Iterator[list[str]]:
                     if member == node:
                         break
                 yield component
-
-
-def ring_edges(graph: Graph) -> dict[tuple[str, str], int]:
-    """How many module edges run from each ring to each other ring (for the diagram)."""
-    counts: dict[tuple[str, str], int] = {}
-    for e in graph.edges:
-        key = (ring(e.source), ring(e.target))
-        if key[0] != key[1]:
-            counts[key] = counts.get(key, 0) + 1
-    return counts

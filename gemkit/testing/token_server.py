@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
+from gemkit.llm.sampled import TOKEN_ID_PREFIX, chat_logprobs
 from gemkit.testing.openai_server import (
     Reply,
     ReplyFn,
@@ -35,8 +36,6 @@ from gemkit.testing.openai_server import (
     _ScriptExhausted,
     _text_of,
 )
-
-_TOKEN_ID_PREFIX = "token_id:"
 
 
 @dataclass
@@ -120,17 +119,10 @@ class TokenScriptedServer(ScriptedOpenAIServer):
             choice["prompt_token_ids"] = prompt  # read back into the top level below
         if body.get("logprobs"):
             as_ids = bool(body.get("return_tokens_as_token_ids"))
-            choice["logprobs"] = {
-                "content": [
-                    {
-                        "token": f"{_TOKEN_ID_PREFIX}{t}" if as_ids else self._text([t]),
-                        "logprob": lp,
-                        "bytes": None,
-                        "top_logprobs": [],
-                    }
-                    for t, lp in zip(s.completion_ids, s.logprobs, strict=True)
-                ]
-            }
+            tokens = [
+                f"{TOKEN_ID_PREFIX}{t}" if as_ids else self._text([t]) for t in s.completion_ids
+            ]
+            choice["logprobs"] = chat_logprobs(tokens, s.logprobs)
         return choice
 
     def _completion(
@@ -196,8 +188,7 @@ class TokenScriptedServer(ScriptedOpenAIServer):
             as_ids = bool(body.get("return_tokens_as_token_ids"))
             choice["logprobs"] = {
                 "tokens": [
-                    f"{_TOKEN_ID_PREFIX}{t}" if as_ids else self._text([t])
-                    for t in s.completion_ids
+                    f"{TOKEN_ID_PREFIX}{t}" if as_ids else self._text([t]) for t in s.completion_ids
                 ],
                 "token_logprobs": s.logprobs,
                 "top_logprobs": [None] * len(s.logprobs),

@@ -38,6 +38,7 @@ import torch
 from aiohttp import web
 
 from gemkit.errors import GemkitError
+from gemkit.llm.sampled import TOKEN_ID_PREFIX, chat_logprobs
 from gemkit.serving import (
     RequestError,
     json_type,
@@ -53,7 +54,6 @@ ENDPOINTS = (
     "POST /v1/completions, POST /v1/chat/completions, POST /update_weights, "
     "POST /update_weights_from_disk, GET /health, GET /get_model_info, GET /v1/models"
 )
-_TOKEN_ID_PREFIX = "token_id:"
 
 
 @dataclass
@@ -435,7 +435,7 @@ class ModelServer:
 
     def _logprob_tokens(self, ids: list[int], as_ids: bool) -> list[str]:
         if as_ids:
-            return [f"{_TOKEN_ID_PREFIX}{t}" for t in ids]
+            return [f"{TOKEN_ID_PREFIX}{t}" for t in ids]
         return [self.engine.tokenizer.decode([t]) for t in ids]
 
     def _usage(self, prompt: list[int], rows: list[tuple[list[int], list[float]]]) -> dict:
@@ -551,13 +551,7 @@ class ModelServer:
             if body.get("return_token_ids"):
                 choice["token_ids"] = ids
             if body.get("logprobs"):
-                tokens = self._logprob_tokens(ids, as_ids)
-                choice["logprobs"] = {
-                    "content": [
-                        {"token": t, "logprob": lp, "bytes": None, "top_logprobs": []}
-                        for t, lp in zip(tokens, logprobs, strict=True)
-                    ]
-                }
+                choice["logprobs"] = chat_logprobs(self._logprob_tokens(ids, as_ids), logprobs)
             choices.append(choice)
         payload = {
             "id": f"chatcmpl-{time.monotonic_ns():x}",

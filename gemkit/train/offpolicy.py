@@ -25,6 +25,8 @@ from typing import Any
 
 import torch
 
+from gemkit.train.sequences import pack
+
 FILTERED, STALE, KEPT = "filtered", "stale", "kept"
 
 
@@ -71,16 +73,10 @@ def pack_rows(
     its prompt): prompt, env and tool tokens and padding never enter the loss. Column `j`
     of `behaviour_logprobs` is the server's log-prob of token `j`.
     """
-    width = max(len(r.prompt_ids) + len(r.response_ids) for r in rows)
-    shape = (len(rows), width)
-    ids = torch.full(shape, pad_id, dtype=torch.long)
-    attn = torch.zeros(shape, dtype=torch.long)
-    loss = torch.zeros(shape, dtype=torch.float32)
-    behaviour = torch.zeros(shape, dtype=torch.float32)
+    ids, attn, loss = pack([r.prompt_ids for r in rows], [r.response_ids for r in rows], pad_id)
+    behaviour = torch.zeros(ids.shape, dtype=torch.float32)
     for i, r in enumerate(rows):
         p, n = len(r.prompt_ids), len(r.prompt_ids) + len(r.response_ids)
-        ids[i, :n] = torch.tensor(r.prompt_ids + r.response_ids, dtype=torch.long)
-        attn[i, :n] = 1
         loss[i, p:n] = torch.tensor(r.mask, dtype=torch.float32)
         behaviour[i, p:n] = torch.tensor(r.logprobs, dtype=torch.float32)
     if device is not None:

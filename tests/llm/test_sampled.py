@@ -107,12 +107,10 @@ def test_token_id_reads_ints_and_vllm_strings_only():
 # -- an LLMPolicy asking a vLLM-like server for tokens ---------------------------------------
 
 
-tokenizers = pytest.importorskip("tokenizers", reason="needs the `train` extra (tokenizers)")
-pytest.importorskip("transformers", reason="needs the `train` extra (transformers)")
-
-
 @pytest.fixture(scope="module")
 def tok():
+    pytest.importorskip("tokenizers", reason="needs the `train` extra (tokenizers)")
+    pytest.importorskip("transformers", reason="needs the `train` extra (transformers)")
     from gemkit.testing.tokenizer import chatml_bpe_tokenizer
 
     return chatml_bpe_tokenizer(["Guess a number. Higher. Lower. guess 50 guess 75"] * 30)
