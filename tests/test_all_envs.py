@@ -75,3 +75,32 @@ def test_passes_gymnasium_env_checker(env_id):
             check_env(env.unwrapped, skip_render_check=True)
     finally:
         env.close()
+
+
+def _end_episode(env, seed: int) -> bool:
+    """Step junk until the episode ends; False if it is still open after 1,000 steps."""
+    env.reset(seed=seed)
+    for _ in range(1_000):
+        _, _, terminated, truncated, _ = env.step("hello")
+        if terminated or truncated:
+            return True
+    return False
+
+
+@pytest.mark.parametrize("env_id", [i for i in ALL if not i.startswith("terminal:")])
+def test_no_reward_once_the_episode_is_over(env_id):
+    # a loop that ignores the end flags must never get a later answer graded: every action
+    # after the end, the random baseline's included, earns 0 and is answered as an ended step
+    # (terminal ids: tests/terminal checks that no command or answer runs once the tests ran)
+    env = gemkit.make(env_id)
+    try:
+        if not _end_episode(env, seed=5):
+            pytest.fail(f"{env_id}: 1,000 junk moves do not end an episode")
+        policy = gemkit.make_policy("random", env_id, seed=5)
+        obs = ""
+        for action in ["hello", policy.choose(obs), policy.choose(obs), "\\boxed{0}"]:
+            obs, reward, terminated, truncated, _ = env.step(action)
+            assert float(reward) == 0.0, (env_id, action, obs)
+            assert terminated or truncated, (env_id, action, obs)
+    finally:
+        env.close()

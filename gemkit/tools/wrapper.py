@@ -36,6 +36,10 @@ T = TypeVar("T")
 
 #: over-limit actions answered with "give your final answer now" before the episode is truncated
 LIMIT_WARNINGS = 1
+#: the answer to any action after the tool-call limit truncated the episode
+TRUNCATED_TEXT = (
+    "The episode is over: it was truncated at the tool-call limit. Call reset() to start a new one."
+)
 
 
 def as_tool(item: Any) -> Tool:
@@ -137,7 +141,9 @@ class ToolEnvWrapper(Wrapper):
       to the inner env.
     - Every call attempt counts towards `max_tool_uses`. Attempts beyond it are not run:
       the model is told to give its final answer; after `LIMIT_WARNINGS` such warnings the
-      next over-limit action truncates the episode, so every episode ends.
+      next over-limit action truncates the episode, so every episode ends. Any action after
+      that (until `reset`) is answered with reward 0 and `truncated`: the inner env, which
+      never ended, grades no answer given once the episode is over.
 
     `info` always carries `tool_calls` (attempts in this step) and `tool_uses` (so far).
     `step`/`reset` run on a private event loop kept for the wrapper's life, so tools that
@@ -197,6 +203,7 @@ class ToolEnvWrapper(Wrapper):
         self._warnings = 0
         self._next_id = 0
         self._over = False  # the inner env ended the episode: no tool runs until reset
+        self._truncated = False  # the tool-call limit ended the episode: nothing runs until reset
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: set[asyncio.Task[Any]] = set()
 
@@ -268,6 +275,7 @@ class ToolEnvWrapper(Wrapper):
         self._warnings = 0
         self._next_id = 0
         self._over = False
+        self._truncated = False
         if self.instructions and _is_chat(obs):
             # a chat history below the tools would drop the instructions and every call
             raise ToolError(
@@ -288,6 +296,15 @@ class ToolEnvWrapper(Wrapper):
         inner env has ended the episode no tool runs: every later action goes to the inner
         env, which answers that the episode is over.
         """
+        if self._truncated:
+            # the inner env never ended: an answer now would still be graded
+            return (
+                TRUNCATED_TEXT,
+                0.0,
+                False,
+                True,
+                {"tool_calls": 0, "tool_uses": self.tool_uses, "tool_limit_exceeded": True},
+            )
         if self._over:
             return self._counted(await astep_of(self.env, _text_of(action)))
         parsed = parse_action(action, self._by_name, self.formats)
@@ -369,6 +386,7 @@ class ToolEnvWrapper(Wrapper):
         }
         if truncated:
             info["tool_limit_exceeded"] = True
+            self._truncated = True
         final = next((r for r in reversed(done) if r.final and not r.is_error), None)
         if final is not None:
             # a tool ended the episode: the inner env grades its answer, as a final answer

@@ -350,6 +350,24 @@ def test_tool_use_limit_asks_for_the_answer_then_truncates():
     assert inner.received == []
 
 
+def test_an_answer_after_the_limit_truncated_the_episode_is_not_graded():
+    # a loop that ignores `truncated` must not get the inner env to grade a later answer
+    counter = Counter()
+    env, inner = make((counter,), max_tool_uses=0)
+    env.reset()
+    for _ in range(LIMIT_WARNINGS + 1):
+        _, _, _, truncated, _ = env.step('<tool_call>{"name": "count"}</tool_call>')
+    assert truncated
+    for action in ("5", '<tool_call>{"name": "count"}</tool_call>'):  # "5" is right
+        obs, reward, terminated, truncated, info = env.step(action)
+        assert (reward, terminated, truncated, counter.n) == (0.0, False, True, 0)
+        assert "truncated at the tool-call limit" in obs and info["tool_limit_exceeded"]
+    assert inner.received == []
+    env.reset()
+    _, reward, terminated, _, _ = env.step("5")
+    assert (inner.received, reward, terminated) == (["5"], 1.0, True)
+
+
 def test_calls_beyond_the_limit_in_one_action_are_not_run():
     counter = Counter()
     env, _ = make((counter,), max_tool_uses=1)
