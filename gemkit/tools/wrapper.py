@@ -143,7 +143,8 @@ class ToolEnvWrapper(Wrapper):
       the model is told to give its final answer; after `LIMIT_WARNINGS` such warnings the
       next over-limit action truncates the episode, so every episode ends. Any action after
       that (until `reset`) is answered with reward 0 and `truncated`: the inner env, which
-      never ended, grades no answer given once the episode is over.
+      never ended, grades no answer given once the episode is over. Tool calls made after
+      the inner env ended the episode earn no `tool_reward` (nor `error_reward`).
 
     `info` always carries `tool_calls` (attempts in this step) and `tool_uses` (so far).
     `step`/`reset` run on a private event loop kept for the wrapper's life, so tools that
@@ -204,6 +205,7 @@ class ToolEnvWrapper(Wrapper):
         self._next_id = 0
         self._over = False  # the inner env ended the episode: no tool runs until reset
         self._truncated = False  # the tool-call limit ended the episode: nothing runs until reset
+        self._ended = False  # the inner env ended the episode: no tool call earns a reward
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pending: set[asyncio.Task[Any]] = set()
 
@@ -276,6 +278,7 @@ class ToolEnvWrapper(Wrapper):
         self._next_id = 0
         self._over = False
         self._truncated = False
+        self._ended = False
         if self.instructions and _is_chat(obs):
             # a chat history below the tools would drop the instructions and every call
             raise ToolError(
@@ -310,7 +313,8 @@ class ToolEnvWrapper(Wrapper):
         parsed = parse_action(action, self._by_name, self.formats)
         if not parsed.has_calls:
             result = await astep_of(self.env, parsed.answer or "")
-            self._over = self.closed_after_end and bool(result[2] or result[3])
+            self._ended = self._ended or bool(result[2] or result[3])
+            self._over = self.closed_after_end and self._ended
             return self._counted(result)
         return await self._run(parsed.items)
 
@@ -359,6 +363,8 @@ class ToolEnvWrapper(Wrapper):
         done = [r for r in results if r is not None]
         errors = sum(r.is_error for r in done)
         reward = self.tool_reward * (len(done) - errors) + self.error_reward * errors
+        if self._ended:
+            reward = 0.0  # tool calls after the end of the episode earn nothing
         obs = self._render(items, ids, done, truncated)
         info = {
             "tool_calls": len(items),
@@ -391,7 +397,8 @@ class ToolEnvWrapper(Wrapper):
         if final is not None:
             # a tool ended the episode: the inner env grades its answer, as a final answer
             fobs, freward, fterm, ftrunc, finfo = await astep_of(self.env, final.answer)
-            self._over = self.closed_after_end and bool(fterm or ftrunc)
+            self._ended = self._ended or bool(fterm or ftrunc)
+            self._over = self.closed_after_end and self._ended
             return (
                 f"{obs}\n\n{fobs}",
                 float(reward) + float(freward),

@@ -350,6 +350,28 @@ def test_tool_use_limit_asks_for_the_answer_then_truncates():
     assert inner.received == []
 
 
+def test_tool_calls_after_the_end_earn_no_tool_reward():
+    # shaping rewards per call must not be farmed by a loop that ignores `terminated`
+    env, inner = make(tool_reward=0.5, error_reward=-0.25)
+    env.reset()
+    _, reward, _, _, _ = env.step(
+        '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+    )
+    assert reward == 0.5
+    _, reward, terminated, _, _ = env.step("5")
+    assert (reward, terminated) == (1.0, True)
+    for _ in range(3):
+        _, reward, _, _, _ = env.step(
+            '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+        )
+        assert reward == 0.0
+    env.reset()
+    _, reward, _, _, _ = env.step(
+        '<tool_call>{"name": "add", "arguments": {"a": 1, "b": 2}}</tool_call>'
+    )
+    assert reward == 0.5
+
+
 def test_an_answer_after_the_limit_truncated_the_episode_is_not_graded():
     # a loop that ignores `truncated` must not get the inner env to grade a later answer
     counter = Counter()
