@@ -1,4 +1,5 @@
-"""Argument types shared by the subcommands: a bad number is a one-line usage error."""
+"""Argument types and options shared by the subcommands: a bad number is a one-line usage
+error."""
 
 from __future__ import annotations
 
@@ -27,3 +28,11 @@ def whole(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+
+
+def add_token_option(parser: argparse.ArgumentParser) -> None:
+    """The `--token` option every `gemkit serve` server takes (read with `resolve_token`)."""
+    parser.add_argument(
+        "--token",
+        help="require 'Authorization: Bearer TOKEN' on every request (default $GEMKIT_SERVE_TOKEN)",
+    )

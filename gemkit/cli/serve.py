@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from gemkit.cli.arguments import positive
+from gemkit.cli.arguments import add_token_option, positive
 from gemkit.cli.console import console
 from gemkit.cli.serve_model import add_model_parser
 from gemkit.errors import GemkitError
@@ -51,10 +51,7 @@ def _add_search(targets: argparse._SubParsersAction) -> None:
         ("--threads", d.threads, "searches running at once"),
     ):
         limits.add_argument(flag, type=positive, default=default, help=f"{what} ({default})")
-    p.add_argument(
-        "--token",
-        help="require 'Authorization: Bearer TOKEN' on every request (default $GEMKIT_SERVE_TOKEN)",
-    )
+    add_token_option(p)
     p.set_defaults(serve=_run_search)
 
 
@@ -133,10 +130,7 @@ def _add_env(targets: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--max-body-kb", type=positive, default=4096, help="largest request body (KiB)")
     p.add_argument("--workers", type=positive, help="threads for sync env calls (default CPUs + 4)")
-    p.add_argument(
-        "--token",
-        help="require 'Authorization: Bearer TOKEN' on every request (default $GEMKIT_SERVE_TOKEN)",
-    )
+    add_token_option(p)
     p.set_defaults(serve=_run_env)
 
 

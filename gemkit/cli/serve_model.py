@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gemkit.cli.arguments import positive
+from gemkit.cli.arguments import add_token_option, positive
 from gemkit.cli.console import console
 from gemkit.errors import GemkitError
 
@@ -36,10 +36,7 @@ def add_model_parser(targets: argparse._SubParsersAction) -> None:
         help="wait this long for more requests before a forward pass (default 3)",
     )
     p.add_argument("--ready-file", help="write the base URL to this file once serving")
-    p.add_argument(
-        "--token",
-        help="require 'Authorization: Bearer TOKEN' on every request (default $GEMKIT_SERVE_TOKEN)",
-    )
+    add_token_option(p)
     p.set_defaults(serve=run_model)
 
 
