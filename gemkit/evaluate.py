@@ -51,26 +51,13 @@ async def play(
     indices: Sequence[int],
     new_policy: Callable[[int], Policy],
     *,
-    seed: int = 0,
     concurrency: int = 16,
-    make_kwargs: Mapping[str, Any] | None = None,
-    commit: Callable[[int, Episode], None],
+    **options: Any,
 ) -> None:
-    """Play episodes `indices` of `env_id` (episode k: seed `seed + k`, `new_policy(seed + k)`).
-
-    Up to `concurrency` play at once on pooled envs; `commit(k, episode)` is called in the
-    order of `indices`, whatever order they finish in. If `commit` raises, the episodes in
-    flight are cancelled and the error propagates.
-    """
+    """`rollout.play_in_order` (same arguments) that holds back at most `WINDOW` x
+    `concurrency` finished episodes behind a slow early one."""
     await play_in_order(
-        env_id,
-        indices,
-        new_policy,
-        seed=seed,
-        concurrency=concurrency,
-        make_kwargs=make_kwargs,
-        commit=commit,
-        window=WINDOW * concurrency,
+        env_id, indices, new_policy, concurrency=concurrency, window=WINDOW * concurrency, **options
     )
 
 
