@@ -62,20 +62,25 @@ class Served:
         return LLMClient(base_url=self.root + "/v1", model="m", backoff_base=0.01, **kwargs)
 
 
+def assert_trainers_logprobs(model, episodes) -> None:
+    """Every sampled token's served log-prob is what `model` gives it in a training pass."""
+    seqs = [episode_sequence(ep) for ep in episodes]
+    ids, attn, _ = pack([q.prompt_ids for q in seqs], [q.response_ids for q in seqs], 0)
+    logp = token_logprobs(model, ids, attn)
+    for row, q in enumerate(seqs):
+        p = len(q.prompt_ids)
+        for j, (lp, m) in enumerate(zip(q.logprobs, q.mask, strict=True)):
+            if m:
+                assert float(logp[row, p + j].detach()) == pytest.approx(lp, abs=1e-4)
+
+
 async def test_served_logprobs_are_the_trainers_logprobs_for_the_same_weights():
     async with Served() as s, s.client() as client:
         episodes = await asyncio.gather(
             *(run_episode(gemkit.make(ENV), TokenPolicy(client, s.engine.tokenizer, max_tokens=4), seed=k) for k in range(8))
         )  # fmt: skip
     assert all(ep.error is None for ep in episodes)
-    seqs = [episode_sequence(ep) for ep in episodes]
-    ids, attn, _ = pack([q.prompt_ids for q in seqs], [q.response_ids for q in seqs], 0)
-    logp = token_logprobs(s.engine.model, ids, attn)
-    for row, q in enumerate(seqs):
-        p = len(q.prompt_ids)
-        for j, (lp, m) in enumerate(zip(q.logprobs, q.mask, strict=True)):
-            if m:
-                assert float(logp[row, p + j].detach()) == pytest.approx(lp, abs=1e-4)
+    assert_trainers_logprobs(s.engine.model, episodes)
     # concurrent episodes were sampled together: fewer forward passes than requests
     assert s.server.rows == sum(ep.num_turns for ep in episodes)
     assert s.server.batches < s.server.rows
@@ -240,14 +245,7 @@ async def test_batched_turns_record_the_same_kind_of_tokens_in_fewer_requests():
     turns = sum(ep.num_turns for ep in episodes)
     assert s.server.rows == turns and batcher.requests < turns
     # each episode got its own completion back: the log-probs are the trainer's for its ids
-    seqs = [episode_sequence(ep) for ep in episodes]
-    ids, attn, _ = pack([q.prompt_ids for q in seqs], [q.response_ids for q in seqs], 0)
-    logp = token_logprobs(s.engine.model, ids, attn)
-    for row, q in enumerate(seqs):
-        p = len(q.prompt_ids)
-        for j, (lp, m) in enumerate(zip(q.logprobs, q.mask, strict=True)):
-            if m:
-                assert float(logp[row, p + j].detach()) == pytest.approx(lp, abs=1e-4)
+    assert_trainers_logprobs(s.engine.model, episodes)
 
 
 async def test_a_refused_batch_fails_every_turn_in_it_with_the_servers_message():
