@@ -33,7 +33,10 @@ class TurnTokens:
     the ones added after the previous turn's completion (env and tool text, chat-template
     turn markers), otherwise the whole prompt. `completion_ids` and `logprobs` are what the
     server sampled (`logprobs` None when it sent none); `version` is the policy version of
-    the weights that sampled them (None when unknown).
+    the weights that sampled them (None when unknown). `sampling` is every sampling parameter
+    the request named (`gemkit.llm.SamplingParams.to_dict`) plus `logprobs`: `"processed"`
+    when the log-probs are of that distribution, `"raw"` when they are the raw model's (None
+    when the policy did not record them).
     """
 
     prompt_ids: list[int]
@@ -41,6 +44,7 @@ class TurnTokens:
     logprobs: list[float] | None = None
     version: int | None = None
     continues: bool = False
+    sampling: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.logprobs is not None and len(self.logprobs) != len(self.completion_ids):
@@ -55,6 +59,7 @@ def continued_turn(
     completion_ids: Sequence[int],
     logprobs: Sequence[float] | None,
     version: int | None,
+    sampling: dict[str, Any] | None = None,
 ) -> TurnTokens:
     """The `TurnTokens` of a completion sampled on the full `prompt_ids`, given the `context`
     (the previous turn's prompt and completion): only the new tokens when the prompt extends
@@ -68,6 +73,7 @@ def continued_turn(
         logprobs=None if logprobs is None else [float(x) for x in logprobs],
         version=version,
         continues=extends,
+        sampling=sampling,
     )
 
 
@@ -79,7 +85,8 @@ class TokenSequence:
     template tokens; `logprobs[j]` is the sampler's log-prob there (0.0 on env tokens; the
     list is None when some turn had none); `versions[j]` is the policy version that sampled
     a model token (None on env tokens or when unknown). `turns` counts model turns and
-    `rewards` holds their rewards.
+    `rewards` holds their rewards. `sampling` is the sampling record its turns share (None
+    when they recorded none); turns sampled under different parameters start new sequences.
     """
 
     prompt_ids: list[int]
@@ -88,6 +95,7 @@ class TokenSequence:
     logprobs: list[float] | None = field(default_factory=list)
     versions: list[int | None] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
+    sampling: dict[str, Any] | None = None
 
     @property
     def turns(self) -> int:
@@ -172,8 +180,14 @@ def turn_sequences(
                 )
             current = None
             continue
-        if current is None or not tokens.continues:
-            current = TokenSequence(prompt_ids=list(tokens.prompt_ids))
+        if current is None or not tokens.continues or tokens.sampling != current.sampling:
+            # a sequence is trained under one distribution: a turn sampled under other
+            # parameters starts its own (its context restarts with the whole prompt)
+            if current is not None and tokens.continues:
+                prompt = current.input_ids + list(tokens.prompt_ids)
+            else:
+                prompt = list(tokens.prompt_ids)
+            current = TokenSequence(prompt_ids=prompt, sampling=tokens.sampling)
             out.append(current)
         else:
             current.add(tokens.prompt_ids, model=False)

@@ -27,8 +27,8 @@ from typing import Any
 
 from gemkit.core import areset_of, astep_of
 from gemkit.errors import GemkitError
-from gemkit.integrations.episode_tokens import observation_text as _text
 from gemkit.integrations.requires import missing_dependency
+from gemkit.llm.episode_tokens import observation_text as _text
 
 #: How env feedback is framed after the model's turn; `{observation}` is the env's text.
 #: The default closes the assistant turn and opens a user turn in ChatML (Qwen, many others).

@@ -22,9 +22,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gemkit.errors import GemkitError
-from gemkit.integrations.episode_tokens import observation_text as _text
-from gemkit.integrations.episode_tokens import prompt_ids as first_prompt_ids
-from gemkit.integrations.episode_tokens import reply_ids
+from gemkit.llm.episode_tokens import observation_text as _text
+from gemkit.llm.episode_tokens import prompt_ids as first_prompt_ids
+from gemkit.llm.episode_tokens import reply_ids
 
 DEFAULT_INSTRUCTION = (
     "Solve the task below. Send each move or answer with the `{tool}` tool, one per call, "
@@ -282,7 +282,7 @@ class GemkitRollout:
                 rewards[i].append(float(reward))
                 if terminated or truncated:
                     continue
-                reply = reply_ids(tokenizer, _text(obs))[: budget - len(completions[i])]
+                reply = reply_ids(tokenizer, _text(obs), after=response)[: budget - len(completions[i])]
                 completions[i] += reply
                 masks[i] += [0] * len(reply)
                 still.append(i)

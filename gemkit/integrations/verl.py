@@ -25,9 +25,9 @@ from typing import Any
 
 from gemkit.core import areset_of, astep_of
 from gemkit.errors import GemkitError
-from gemkit.integrations.episode_tokens import observation_text as _text
-from gemkit.integrations.episode_tokens import prompt_ids, reply_ids
 from gemkit.integrations.requires import missing_dependency
+from gemkit.llm.episode_tokens import observation_text as _text
+from gemkit.llm.episode_tokens import prompt_ids, reply_ids
 from gemkit.trajectory import TokenSequence
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ async def play_episode(
             episode.success = bool(info.get("success", False))
             break
         room = response_length - len(episode.response_ids)
-        episode.add(reply_ids(tokenizer, _text(obs))[:room], False)
+        episode.add(reply_ids(tokenizer, _text(obs), after=tokens)[:room], False)
     if episode.rewards:
         episode.reward = float(discounted_returns(episode.rewards, gamma)[0])
     return episode

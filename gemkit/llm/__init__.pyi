@@ -11,6 +11,8 @@ from gemkit.llm.client import ToolCall as ToolCall
 from gemkit.llm.client import Usage as Usage
 from gemkit.llm.sampled import SampledTokens as SampledTokens
 from gemkit.llm.sampled import SampledTokensError as SampledTokensError
+from gemkit.llm.sampling import SamplingError as SamplingError
+from gemkit.llm.sampling import SamplingParams as SamplingParams
 from gemkit.llm.token_counters import HeuristicTokenCounter as HeuristicTokenCounter
 from gemkit.llm.token_counters import HFTokenCounter as HFTokenCounter
 from gemkit.llm.token_counters import TokenCounter as TokenCounter

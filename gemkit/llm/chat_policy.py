@@ -6,8 +6,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gemkit.llm.client import ChatResponse, LLMClient, ToolCall, Usage
+from gemkit.llm.client import ChatResponse, LLMClient, LLMError, ToolCall, Usage
 from gemkit.llm.sampled import VLLM_CHAT_TOKEN_FIELDS
+from gemkit.llm.sampling import SamplingParams, logprobs_kind
+from gemkit.llm.token_policy import sampling_record
 from gemkit.policy import Observation
 from gemkit.trajectory import TurnTokens, continued_turn
 
@@ -48,9 +50,14 @@ class LLMPolicy:
     this episode (`info["tools"]` of its reset, which rollouts hand to `on_reset`).
 
     With `return_tokens=True` each request asks for the sampled token ids and log-probs
-    (vLLM's `return_token_ids`, `logprobs`), and `last_tokens` records them with the prompt
-    ids the server rendered; a turn whose rendered prompt does not extend the previous one
-    (chat-template drift) is marked so. For contexts that never drift, use `TokenPolicy`.
+    (vLLM's `return_token_ids`, `logprobs`) and names every sampling parameter (the
+    distribution is `SamplingParams` over `temperature`, `top_p`, `top_k` and `min_p` of
+    `sampling`, so no server default applies), and `last_tokens` records them with the prompt
+    ids the server rendered and the parameters; a turn whose rendered prompt does not extend
+    the previous one (chat-template drift) is marked so. A server that answers without token
+    ids (llama.cpp's chat endpoint cannot send them) is an `LLMError`, not a turn without
+    tokens. `logprobs` says what the server's log-probs are (as for `TokenPolicy`; None asks
+    the server once). For contexts that never drift, use `TokenPolicy`.
     """
 
     def __init__(
@@ -62,6 +69,7 @@ class LLMPolicy:
         message_actions: bool = False,
         env_tools: bool = False,
         return_tokens: bool = False,
+        logprobs: str | None = None,
         **sampling: Any,
     ):
         self.client = client
@@ -70,9 +78,18 @@ class LLMPolicy:
         self.message_actions = message_actions
         self.env_tools = env_tools
         self.sampling = sampling
+        self.return_tokens = return_tokens
+        self.logprobs = logprobs
+        self.params: SamplingParams | None = None
         if return_tokens:
-            extra = {**VLLM_CHAT_TOKEN_FIELDS, **(sampling.get("extra_body") or {})}
-            self.sampling = {**sampling, "extra_body": extra}
+            names = SamplingParams.__dataclass_fields__
+            extra_body = dict(sampling.get("extra_body") or {})
+            given = {k: v for k, v in {**sampling, **extra_body}.items() if k in names}
+            self.params = SamplingParams(**{k: v for k, v in given.items() if v is not None})
+            rest = {k: v for k, v in sampling.items() if k not in names and k != "extra_body"}
+            extra_body = {k: v for k, v in extra_body.items() if k not in names}
+            fields = {**self.params.request_fields(), **VLLM_CHAT_TOKEN_FIELDS, **extra_body}
+            self.sampling = {**rest, "extra_body": fields}
         self.messages: list[dict[str, Any]] = []
         self.last_response: ChatResponse | None = None
         self.last_tokens: TurnTokens | None = None
@@ -111,7 +128,7 @@ class LLMPolicy:
         )
         self.last_response = response
         self.usage = self.usage + response.usage
-        self._record_tokens(response)
+        await self._record_tokens(response)
         action = action_text(response)
         if isinstance(observation, str):
             # The running chat stays plain text: tool calls are kept as the Hermes text the env
@@ -121,17 +138,27 @@ class LLMPolicy:
             return response.message.to_dict()
         return action
 
-    def _record_tokens(self, response: ChatResponse) -> None:
+    async def _record_tokens(self, response: ChatResponse) -> None:
         sampled = response.tokens
-        if sampled is None or sampled.prompt_ids is None:
-            self.last_tokens = None  # the server reported no tokens: nothing to train on
+        if not self.return_tokens:
+            self.last_tokens = None
             self._context = None
             return
+        if sampled is None or sampled.prompt_ids is None:
+            missing = "token ids" if sampled is None else "the prompt's token ids"
+            raise LLMError(
+                f"the server answered without {missing}, so the turn cannot be trained on "
+                "(vLLM >= 0.10.2 sends them with return_token_ids; llama.cpp's chat endpoint "
+                "cannot: use TokenPolicy with protocol='llama.cpp' over /v1/completions)"
+            )
+        assert self.params is not None
+        kind = self.logprobs or await logprobs_kind(self.client, prompt=sampled.prompt_ids[-16:])
         self.last_tokens = continued_turn(
             self._context,
             sampled.prompt_ids,
             sampled.completion_ids,
             sampled.logprobs,
             sampled.version,
+            sampling_record(self.params, kind),
         )
         self._context = sampled.prompt_ids + sampled.completion_ids

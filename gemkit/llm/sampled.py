@@ -11,6 +11,9 @@ log-prob with the wrong token.
   `return_tokens_as_token_ids=true` each `logprobs.content[j].token` reads `"token_id:N"`.
 - **vLLM, completions** (`/v1/completions`, `prompt` a list of ids, `logprobs=1`): the
   choice's `token_ids`, `prompt_token_ids`, and `logprobs.tokens` / `logprobs.token_logprobs`.
+- **llama.cpp, completions** (`/v1/completions`, `prompt` a list of ids, `logprobs=1`):
+  `logprobs.content[j].id` with `.logprob` (the raw model's), or `.prob` after the sampling
+  chain with `post_sampling_probs=true` (its log is read); no prompt ids.
 - **SGLang, native** (`/generate` with `input_ids` and `return_logprob=true`):
   `meta_info.output_token_logprobs` as `[logprob, token_id, text]` triples, `output_ids`,
   and `meta_info.weight_version`.
@@ -190,12 +193,14 @@ def from_chat_choice(choice: Mapping[str, Any], body: Mapping[str, Any]) -> Samp
 
 
 def from_completion_choice(choice: Mapping[str, Any], body: Mapping[str, Any]) -> SampledTokens:
-    """The tokens of a `/v1/completions` choice (vLLM's shape)."""
+    """The tokens of a `/v1/completions` choice (vLLM's shape, or llama.cpp's)."""
     where = f"choice {choice.get('index', 0)}"
     ids = _optional_ids(choice.get("token_ids"), f"{where} token_ids")
     lp = choice.get("logprobs")
     tokens = logprobs = None
-    if isinstance(lp, Mapping):
+    if isinstance(lp, Mapping) and isinstance(lp.get("content"), list):
+        tokens, logprobs = _llama_cpp_content(lp["content"], where)
+    elif isinstance(lp, Mapping):
         raw = lp.get("tokens")
         if isinstance(raw, list):
             tokens = _token_ids(raw, f"{where} logprobs.tokens")
@@ -205,6 +210,27 @@ def from_completion_choice(choice: Mapping[str, Any], body: Mapping[str, Any]) -
     ids, logprobs = _paired(ids, tokens, logprobs, where)
     prompt = choice.get("prompt_token_ids", body.get("prompt_token_ids"))
     return SampledTokens(ids, logprobs, _optional_ids(prompt, "prompt_token_ids"), _version(body))
+
+
+def _llama_cpp_content(content: list[Any], where: str) -> tuple[list[int], list[float]]:
+    """Ids and log-probs of llama.cpp's `logprobs.content` (`logprob`, or `prob` after its
+    sampling chain)."""
+    ids, logprobs = [], []
+    for j, entry in enumerate(content):
+        if not isinstance(entry, Mapping):
+            raise SampledTokensError(f"{where} logprobs.content[{j}]: expected an object")
+        ids.append(token_id(entry.get("id"), f"{where} logprobs.content[{j}].id"))
+        if "logprob" in entry:
+            logprobs.append(_logprob(entry["logprob"], f"{where} logprobs.content[{j}].logprob"))
+            continue
+        prob = entry.get("prob")
+        if isinstance(prob, bool) or not isinstance(prob, (int, float)) or not 0 < prob <= 1:
+            raise SampledTokensError(
+                f"{where} logprobs.content[{j}]: expected a logprob or a prob in (0, 1], got "
+                f"{str(prob)[:20]!r}"
+            )
+        logprobs.append(min(math.log(prob), 0.0))
+    return ids, logprobs
 
 
 def from_sglang(body: Mapping[str, Any], prompt_ids: Sequence[int] | None = None) -> SampledTokens:

@@ -2,7 +2,7 @@
 
 It keeps the episode's context as token ids: the first observation rendered once through the
 tokenizer's chat template, then, turn after turn, the ids the server sampled followed by the
-env's reply tokenized once (`gemkit.integrations.episode_tokens`). Each request sends that context as
+env's reply tokenized once (`gemkit.llm.episode_tokens`). Each request sends that context as
 a token-id prompt, so the model conditions on exactly the tokens it sampled before (no merges
 across turn boundaries, no chat-template drift), and each turn's `last_tokens` records the
 new prompt tokens, the sampled ids, their log-probs and the policy version.
@@ -12,7 +12,16 @@ Protocols:
 - `"completions"`: `POST {base_url}/completions` with `prompt` a list of ids (vLLM,
   `gemkit serve model`), log-probs and ids from vLLM's fields;
 - `"sglang"`: `POST {base_url}/generate` with `input_ids` and `return_logprob` (SGLang's
-  native API; `base_url` without `/v1`).
+  native API; `base_url` without `/v1`);
+- `"llama.cpp"`: `POST {base_url}/completions` with `prompt` a list of ids; llama.cpp answers
+  each sampled id and log-prob under `logprobs.content[i]`.
+
+Every request names every sampling parameter (`gemkit.llm.SamplingParams`): a server fills
+what a request leaves open with its own defaults (vLLM's come from the checkpoint's
+`generation_config.json`), and the behaviour log-prob must be of the distribution the token
+was drawn from. Each turn records the parameters and whether the server's log-probs are of
+that distribution (`"processed"`) or of the raw model (`"raw"`, vLLM's default), asked of the
+server once (`gemkit.llm.sampling.logprobs_kind`).
 
 A `TokenBatcher` in place of the client sends the turns of many concurrent episodes that are
 ready together as one batched `/v1/completions` request.
@@ -28,18 +37,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gemkit.errors import GemkitError
-from gemkit.integrations.episode_tokens import observation_text, prompt_ids, reply_ids
 from gemkit.llm.client import LLMClient, LLMError
+from gemkit.llm.episode_tokens import observation_text, prompt_ids, reply_ids
 from gemkit.llm.sampled import (
     VLLM_COMPLETION_TOKEN_FIELDS,
     SampledTokens,
     from_completion_choice,
     from_sglang,
 )
+from gemkit.llm.sampling import PROCESSED, RAW, SamplingParams, logprobs_kind
 from gemkit.policy import Observation
 from gemkit.trajectory import TurnTokens
 
-PROTOCOLS = ("completions", "sglang")
+PROTOCOLS = ("completions", "sglang", "llama.cpp")
+#: the sampling-field spelling each protocol's server reads
+_SERVER = {"completions": "vllm", "sglang": "vllm", "llama.cpp": "llama.cpp"}
 
 
 async def generate_tokens(
@@ -51,8 +63,12 @@ async def generate_tokens(
     temperature: float = 1.0,
     **sampling: Any,
 ) -> SampledTokens:
-    """Sample one completion of the token-id `context`; its ids, log-probs and version."""
-    if protocol == "completions":
+    """Sample one completion of the token-id `context`; its ids, log-probs and version.
+
+    `sampling` are more request fields, sent as given (`SamplingParams.request_fields` names
+    them all).
+    """
+    if protocol in ("completions", "llama.cpp"):
         body = {
             "model": client.model,
             "prompt": list(context),
@@ -61,6 +77,8 @@ async def generate_tokens(
             **VLLM_COMPLETION_TOKEN_FIELDS,
             **sampling,
         }
+        if protocol == "llama.cpp":  # the probabilities of the distribution it sampled from
+            body["post_sampling_probs"] = True
         data = await client.post_json("/completions", body)
         return from_completion_choice(_choices(data)[0], data)
     if protocol == "sglang":
@@ -92,11 +110,11 @@ class TokenBatcher:
         self._sending: set[asyncio.Task] = set()  # held so that no send is garbage-collected
 
     async def generate(
-        self, context: list[int], *, max_tokens: int, temperature: float, **sampling: Any
+        self, context: list[int], *, max_tokens: int, temperature: float = 1.0, **sampling: Any
     ) -> SampledTokens:
         """Sample one completion of `context`, sent together with other episodes' turns."""
         loop = asyncio.get_running_loop()
-        key = (max_tokens, temperature, tuple(sorted(sampling.items())))
+        key = (max_tokens, temperature, tuple(sorted(sampling.items(), key=repr)))
         future: asyncio.Future = loop.create_future()
         self._pending.setdefault(key, []).append((list(context), future))
         if len(self._pending[key]) >= self.max_batch:
@@ -173,11 +191,18 @@ def _choices(data: dict[str, Any]) -> list[Mapping[str, Any]]:
 class TokenPolicy:
     """Acts by sampling from a model server in token ids; records every turn's tokens.
 
-    `tokenizer` is the model's Hugging Face tokenizer (local; nothing is downloaded). `version`
-    is called for the policy version of a sample when the server does not report one (vLLM
-    does not; `gemkit serve model` and SGLang do). Observations are text, or chat messages of
-    which the newest one is the env's reply; the policy keeps its own token context, so use it
-    on an env (or a `ToolEnvWrapper`) rather than under a wrapper that edits the history.
+    `tokenizer` is the model's Hugging Face tokenizer (local; nothing is downloaded). The
+    sampling distribution is `temperature`, `top_p`, `top_k` and `min_p` (or a whole
+    `SamplingParams` as `sampling`), named in full on every request; `extra` fields (such as
+    `stop`) are sent as given. `version` is called, when a request is sent, for the policy
+    version of a sample the server does not label (vLLM does not; `gemkit serve model` and
+    SGLang do): a sample can only be as old as the weights the server held when it started.
+    `logprobs` says what the server's log-probs are (`"processed"`: of the sampling
+    distribution; `"raw"`: of the raw model); None asks the server once
+    (`gemkit.llm.sampling.logprobs_kind`).
+    Observations are text, or chat messages of which the newest one is the env's reply; the
+    policy keeps its own token context, so use it on an env (or a `ToolEnvWrapper`) rather
+    than under a wrapper that edits the history.
     """
 
     def __init__(
@@ -189,8 +214,13 @@ class TokenPolicy:
         protocol: str = "completions",
         max_tokens: int = 256,
         temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = -1,
+        min_p: float = 0.0,
+        sampling: SamplingParams | None = None,
         version: Callable[[], int | None] | None = None,
-        **sampling: Any,
+        logprobs: str | None = None,
+        **extra: Any,
     ):
         if protocol not in PROTOCOLS:
             raise GemkitError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -198,41 +228,59 @@ class TokenPolicy:
             raise GemkitError(
                 "a TokenBatcher sends /v1/completions requests; use protocol='completions'"
             )
+        clash = sorted(set(extra) & set(SamplingParams.__dataclass_fields__))
+        if clash:
+            raise GemkitError(
+                f"pass {', '.join(clash)} in sampling=SamplingParams(...), not as a request field"
+            )
         self.client = client
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         self.protocol = protocol
         self.max_tokens = max_tokens
-        self.temperature = temperature
+        self.params = sampling or SamplingParams(
+            temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p
+        )
+        if logprobs not in (None, PROCESSED, RAW):
+            raise GemkitError(
+                f"logprobs must be None (ask the server), 'processed' or 'raw', got {logprobs!r}"
+            )
         self.version = version
-        self.sampling = sampling
+        self.logprobs = logprobs
+        self.extra = extra
         self.context: list[int] = []
         self.last_tokens: TurnTokens | None = None
+        self._last_completion: list[int] = []
+
+    @property
+    def temperature(self) -> float:
+        """The sampling temperature."""
+        return self.params.temperature
 
     def reset(self) -> None:
         """Start a new episode: an empty context."""
         self.context = []
         self.last_tokens = None
+        self._last_completion = []
 
     async def act(self, observation: Observation) -> str:
         """Append the observation's tokens, sample a completion, return its decoded text."""
         if not self.context:
             new = prompt_ids(self.tokenizer, observation, self.system_prompt)
         else:
-            new = reply_ids(self.tokenizer, observation_text(observation))
+            new = reply_ids(self.tokenizer, observation_text(observation), self._last_completion)
         context = self.context + new
+        server = _SERVER[self.protocol]
+        fields = {**self.params.request_fields(server), **self.extra}
+        kind = self.logprobs or await logprobs_kind(
+            _client_of(self.client), protocol=self.protocol, prompt=context
+        )
+        version = self.version() if self.version is not None else None
         if isinstance(self.client, TokenBatcher):
-            sampled = await self.client.generate(
-                context, max_tokens=self.max_tokens, temperature=self.temperature, **self.sampling
-            )
+            sampled = await self.client.generate(context, max_tokens=self.max_tokens, **fields)
         else:
             sampled = await generate_tokens(
-                self.client,
-                context,
-                protocol=self.protocol,
-                max_tokens=self.max_tokens,
-                temperature=self.temperature,
-                **self.sampling,
+                self.client, context, protocol=self.protocol, max_tokens=self.max_tokens, **fields
             )
         if sampled.prompt_ids is not None and sampled.prompt_ids != context:
             raise LLMError(
@@ -240,15 +288,31 @@ class TokenPolicy:
                 f"from the {len(context)} sent; it re-tokenized the prompt, so the sample cannot "
                 "be trained on"
             )
-        version = sampled.version
-        if version is None and self.version is not None:
-            version = self.version()
+        if sampled.version is not None:
+            version = sampled.version
         self.last_tokens = TurnTokens(
             prompt_ids=new,
             completion_ids=list(sampled.completion_ids),
             logprobs=sampled.logprobs,
             version=version,
             continues=bool(self.context),
+            sampling=sampling_record(self.params, kind, self.extra),
         )
-        self.context = context + list(sampled.completion_ids)
+        self._last_completion = list(sampled.completion_ids)
+        self.context = context + self._last_completion
         return self.tokenizer.decode(sampled.completion_ids, skip_special_tokens=True)
+
+
+def sampling_record(
+    params: SamplingParams, kind: str, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """What a turn records of how it was sampled: every parameter, the log-probs' kind, and
+    any other request field that was sent."""
+    record: dict[str, Any] = {**params.to_dict(), "logprobs": kind}
+    if extra:
+        record["extra"] = dict(extra)
+    return record
+
+
+def _client_of(sampler: LLMClient | TokenBatcher) -> LLMClient:
+    return sampler.client if isinstance(sampler, TokenBatcher) else sampler

@@ -36,6 +36,7 @@ class TurnTokensRecord(Part):
     logprobs: list[float] | None = None
     version: int | None = None
     continues: bool = False
+    sampling: Json = None
 
 
 class TurnRecord(Part):

@@ -11,10 +11,11 @@ Endpoints (JSON; every error a one-line `{"error"}` with a 4xx):
 | `POST /update_weights_from_disk` | `{"model_path", "weight_version"}` (SGLang's name): the same from a local folder |
 | `GET /health`, `GET /get_model_info`, `GET /v1/models` | model, `weight_version`, vocabulary size and hash |
 
-Sampling is from the full distribution at `temperature` (no top-k, no top-p), and each
-log-prob is the sampled token's under that distribution: what the trainer's
-`gemkit.train.sequences.token_logprobs` computes for the same weights, so importance ratios
-are exact. Concurrent requests are batched (up to `max_batch` rows per forward pass).
+Sampling is at `temperature` with `top_k`, `top_p` and `min_p` applied as vLLM applies them
+(full distribution by default; penalties are refused), and each log-prob is the sampled
+token's under that distribution (vLLM's `--logprobs-mode processed_logprobs`): what the
+trainer's `gemkit.train.sequences.token_logprobs` computes under the same parameters for the
+same weights, so importance ratios are exact. Concurrent requests are batched (up to `max_batch` rows per forward pass).
 Generation and weight updates run one at a time on one worker thread, so a request is
 sampled wholly by one version of the weights, and each answer says which
 (`weight_version`); versions only go up.
@@ -39,6 +40,7 @@ from aiohttp import web
 
 from gemkit.errors import GemkitError
 from gemkit.llm.sampled import TOKEN_ID_PREFIX, chat_logprobs
+from gemkit.llm.sampling import SamplingError, SamplingParams
 from gemkit.serving import (
     RequestError,
     json_type,
@@ -47,6 +49,7 @@ from gemkit.serving import (
     preview,
     resolve_token,
 )
+from gemkit.train.sequences import processed_logits
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +80,8 @@ def sample_batch(
     prompts: Sequence[Sequence[int]],
     max_tokens: Sequence[int],
     *,
-    temperature: float,
+    temperature: float | None = None,
+    sampling: SamplingParams | None = None,
     eos_id: int,
     pad_id: int,
     generator: torch.Generator | None = None,
@@ -87,9 +91,12 @@ def sample_batch(
 
     Rows are left-padded with positions counted from each row's first real token (as the
     trainer's right-padded rows count them); a row ends at its EOS (kept) or its
-    `max_tokens`. `temperature <= 0` decodes greedily and reports log-probs at temperature 1.
+    `max_tokens`. The distribution is `sampling` (or plain `temperature`); temperature 0
+    decodes greedily and reports log-probs at temperature 1.
     `cache_arg` is the model's KV-cache argument name (found from its signature when None).
     """
+    if sampling is None:
+        sampling = SamplingParams(temperature=1.0 if temperature is None else temperature)
     device = model.device
     width = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
@@ -108,8 +115,8 @@ def sample_batch(
     next_pos = positions[:, -1:] + 1
     for step in range(int(limit.max())):
         logits = out.logits[:, -1, :].float()
-        if temperature > 0:
-            logp = torch.log_softmax(logits / temperature, dim=-1)
+        if sampling.temperature > 0:
+            logp = torch.log_softmax(processed_logits(logits, sampling), dim=-1)
             tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
         else:
             logp = torch.log_softmax(logits, dim=-1)
@@ -182,14 +189,14 @@ class ModelEngine:
         self.cache_arg = _cache_argument(model)  # once, not per batch
 
     def generate(
-        self, prompts: list[list[int]], max_tokens: list[int], temperature: float
+        self, prompts: list[list[int]], max_tokens: list[int], sampling: SamplingParams
     ) -> tuple[int, list[tuple[list[int], list[float]]]]:
         """`(version, [(ids, logprobs), ...])`: one batch, all by one version."""
         rows = sample_batch(
             self.model,
             prompts,
             max_tokens,
-            temperature=temperature,
+            sampling=sampling,
             eos_id=self.eos_id,
             pad_id=self.pad_id,
             generator=self.generator,
@@ -251,8 +258,8 @@ def _int_field(body: dict[str, Any], key: str, default: int, lo: int, hi: int, w
     return value
 
 
-def sampling_fields(body: dict[str, Any], limits: ServerLimits) -> tuple[int, float, int]:
-    """`(max_tokens, temperature, n)` of a request, checked."""
+def sampling_fields(body: dict[str, Any], limits: ServerLimits) -> tuple[int, SamplingParams, int]:
+    """`(max_tokens, sampling parameters, n)` of a request, checked."""
     max_tokens = _int_field(body, "max_tokens", 16, 1, limits.max_tokens, " (the server's cap)")
     n = _int_field(body, "n", 1, 1, limits.max_n, "")
     temperature = body.get("temperature", 1.0)
@@ -264,14 +271,19 @@ def sampling_fields(body: dict[str, Any], limits: ServerLimits) -> tuple[int, fl
         raise RequestError(
             400, f"'temperature' must be from 0 to {limits.max_temperature:g}, got {temperature}"
         )
-    top_p, top_k = body.get("top_p"), body.get("top_k")
-    if (top_p not in (None, 1, 1.0)) or (top_k not in (None, 0, -1)):
+    given = {k: body[k] for k in SamplingParams.__dataclass_fields__ if body.get(k) is not None}
+    given["temperature"] = float(temperature)
+    try:
+        sampling = SamplingParams(**given)
+    except SamplingError as e:
+        raise RequestError(400, str(e)) from None
+    if sampling.penalised:
         raise RequestError(
             400,
-            "top_p and top_k are not supported: the server samples from the full distribution "
-            "so that its log-probs are the policy's; leave them out",
+            "repetition_penalty, presence_penalty and frequency_penalty are not supported (a "
+            "learner cannot recompute penalised log-probs); leave them at 1, 0 and 0",
         )
-    return max_tokens, float(temperature), n
+    return max_tokens, sampling, n
 
 
 class ModelServer:
@@ -325,19 +337,19 @@ class ModelServer:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def generate(
-        self, prompts: list[list[int]], max_tokens: int, temperature: float
+        self, prompts: list[list[int]], max_tokens: int, sampling: SamplingParams
     ) -> tuple[int, list[tuple[list[int], list[float]]]]:
         """Queue the rows for the next batch; `(version, rows)` once sampled."""
         assert self._queue is not None, "the app is not started"
         futures = []
         for p in prompts:
             future = asyncio.get_running_loop().create_future()
-            self._queue.put_nowait((p, max_tokens, temperature, future))
+            self._queue.put_nowait((p, max_tokens, sampling, future))
             futures.append(future)
         results = await asyncio.gather(*futures)
         versions = {v for v, _ in results}
         if len(versions) != 1:  # the n rows of one request straddled a weight update: redo
-            return await self.generate(prompts, max_tokens, temperature)
+            return await self.generate(prompts, max_tokens, sampling)
         return versions.pop(), [row for _, row in results]
 
     async def _batches(self) -> None:
@@ -350,10 +362,10 @@ class ModelServer:
                 await asyncio.sleep(self.limits.batch_wait_s)
             while not self._queue.empty() and len(items) < self.limits.max_batch:
                 items.append(self._queue.get_nowait())
-            by_temperature: dict[float, list] = {}
+            by_sampling: dict[SamplingParams, list] = {}
             for item in items:
-                by_temperature.setdefault(item[2], []).append(item)
-            for temperature, group in by_temperature.items():
+                by_sampling.setdefault(item[2], []).append(item)
+            for sampling, group in by_sampling.items():
                 live = [g for g in group if not g[3].cancelled()]
                 if not live:
                     continue
@@ -363,7 +375,7 @@ class ModelServer:
                         self.engine.generate,
                         [g[0] for g in live],
                         [g[1] for g in live],
-                        temperature,
+                        sampling,
                     )
                 except Exception as e:  # noqa: BLE001 - fail these requests, keep serving
                     log.exception("generation failed")
@@ -469,13 +481,13 @@ class ModelServer:
 
     async def _completions(self, request: web.Request) -> web.Response:
         body = await self._json(request, '{"prompt": [ids] or "text", "max_tokens": n}')
-        max_tokens, temperature, n = sampling_fields(body, self.limits)
+        max_tokens, sampling, n = sampling_fields(body, self.limits)
         if "prompt" not in body:
             raise RequestError(400, "the body needs 'prompt': a list of token ids or a string")
         prompts = self._prompts(body["prompt"], max_tokens, n)
         # vLLM's order: the n choices of the first prompt, then of the second, ...
         rows_for = [p for p in prompts for _ in range(n)]
-        version, rows = await self.generate(rows_for, max_tokens, temperature)
+        version, rows = await self.generate(rows_for, max_tokens, sampling)
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         with_ids = bool(body.get("return_token_ids"))
         choices = []
@@ -535,10 +547,10 @@ class ModelServer:
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await self._json(request, '{"messages": [...], "max_tokens": n}')
-        max_tokens, temperature, n = sampling_fields(body, self.limits)
+        max_tokens, sampling, n = sampling_fields(body, self.limits)
         self._check_rows(1, n)
         prompt = self._chat_prompt(body.get("messages"), max_tokens)
-        version, rows = await self.generate([prompt] * n, max_tokens, temperature)
+        version, rows = await self.generate([prompt] * n, max_tokens, sampling)
         as_ids = bool(body.get("return_tokens_as_token_ids"))
         choices = []
         for i, (ids, logprobs) in enumerate(rows):

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from gemkit.llm.sampling import SamplingParams
 from gemkit.train.sequences import pack
 
 FILTERED, STALE, KEPT = "filtered", "stale", "kept"
@@ -55,13 +56,15 @@ def admit(
 
 @dataclass
 class Row:
-    """One training row: a token sequence, its behaviour log-probs, and its advantage."""
+    """One training row: a token sequence, its behaviour log-probs, its advantage, and the
+    sampling distribution its tokens were drawn from (None: plain temperature sampling)."""
 
     prompt_ids: list[int]
     response_ids: list[int]
     mask: list[int]
     logprobs: list[float]
     advantage: float
+    sampling: SamplingParams | None = None
 
 
 def pack_rows(
@@ -95,18 +98,24 @@ def corrected_loss(
 
     The gradient is `-mean(min(r, cap) * A * grad log pi_theta)` with
     `r = exp(log pi_theta - log pi_behaviour)` per token: unbiased for `r <= cap`, and an
-    on-policy token (`r = 1`) gets the plain REINFORCE gradient.
+    on-policy token (`r = 1`) gets the plain REINFORCE gradient. A token the learner's
+    sampling distribution cuts (`log pi_theta = -inf`: its top-k or top-p boundary moved) has
+    ratio 0 and adds nothing; `cut` is their share.
     """
-    ratio = torch.exp((logp.detach() - behaviour).clamp(max=20.0))
+    kept = torch.isfinite(logp)
+    logp = torch.where(kept, logp, torch.zeros_like(logp))
+    live = mask * kept.to(mask.dtype)
+    ratio = torch.exp((logp.detach() - behaviour).clamp(max=20.0)) * kept.to(logp.dtype)
     weight = ratio.clamp(max=cap)
     adv = advantages.to(logp.dtype).unsqueeze(1)
     tokens = mask.sum().clamp(min=1.0)
-    loss = -(weight * adv * logp * mask).sum() / tokens
+    loss = -(weight * adv * logp * live).sum() / tokens
     with torch.no_grad():
-        log_ratio = (logp - behaviour) * mask
+        log_ratio = (logp - behaviour) * live
         stats = {
             "is_weight": float((weight * mask).sum() / tokens),
             "is_truncated": float(((ratio > cap).float() * mask).sum() / tokens),
-            "approx_kl": float(((ratio - 1) - log_ratio).mul(mask).sum() / tokens),
+            "approx_kl": float(((ratio - 1) - log_ratio).mul(live).sum() / tokens),
+            "cut": float((mask - live).sum() / tokens),
         }
     return loss, stats

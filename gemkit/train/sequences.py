@@ -11,6 +11,8 @@ from typing import Any
 
 import torch
 
+from gemkit.llm.sampling import SamplingParams
+
 
 def render_prompt(tokenizer: Any, observation: str | list[dict[str, Any]]) -> str:
     """The prompt text for an observation: the chat template when the tokenizer has one."""
@@ -112,13 +114,55 @@ def pack(
     return ids, attn, loss
 
 
+def processed_logits(logits: torch.Tensor, sampling: SamplingParams) -> torch.Tensor:
+    """The logits of the distribution `sampling` draws from, in vLLM's order.
+
+    Temperature, then min-p, then top-k, then top-p (over what top-k kept); a cut token's
+    logit is `-inf`, so `log_softmax` of the result is the processed log-prob vLLM reports
+    with `--logprobs-mode processed_logprobs`. Top-k keeps ties with the k-th largest logit;
+    top-p keeps the most likely tokens until their mass reaches `top_p`, the one that
+    crosses included. Penalties are not applied (`gemkit.llm.sampling.trainable` refuses them).
+    """
+    if sampling.temperature > 0 and sampling.temperature != 1.0:
+        logits = logits / sampling.temperature
+    if not sampling.truncates:
+        return logits
+    neg = -float("inf")
+    if sampling.min_p > 0:
+        probs = logits.softmax(dim=-1)
+        floor = probs.amax(dim=-1, keepdim=True) * sampling.min_p
+        logits = logits.masked_fill(probs < floor, neg)
+    if sampling.top_k != -1 and sampling.top_k < logits.shape[-1]:
+        kth = logits.topk(sampling.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, neg)
+    if sampling.top_p < 1.0:
+        ordered, index = logits.sort(dim=-1, descending=False)
+        mass = ordered.softmax(dim=-1).cumsum(dim=-1)
+        cut = mass <= 1 - sampling.top_p
+        cut[..., -1] = False  # the most likely token always stays
+        ordered = ordered.masked_fill(cut, neg)
+        logits = torch.empty_like(logits).scatter_(-1, index, ordered)
+    return logits
+
+
 def token_logprobs(
-    model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, temperature: float = 1.0
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    *,
+    sampling: SamplingParams | None = None,
 ) -> torch.Tensor:
-    """Log-probability of each token given the ones before it, shape `(B, L)` (column 0 is 0)."""
+    """Log-probability of each token given the ones before it, shape `(B, L)` (column 0 is 0).
+
+    Under `sampling` (temperature, top-k, top-p, min-p) when given, else at `temperature`
+    over the full distribution. The forward pass runs in the model's dtype and the
+    log-softmax in float32. A token the sampling distribution cuts gets `-inf`.
+    """
     logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
-    if temperature > 0 and temperature != 1.0:
-        logits = logits / temperature
+    if sampling is None:
+        sampling = SamplingParams(temperature=temperature if temperature > 0 else 1.0)
+    logits = processed_logits(logits, sampling)
     target = input_ids[:, 1:].unsqueeze(-1)
     picked = logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)

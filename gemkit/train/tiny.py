@@ -168,10 +168,17 @@ def tiny_policy(
     return model, tokenizer
 
 
-def load_policy(path: str) -> tuple[Any, Any]:
-    """`(model, tokenizer)` from a local Hugging Face folder (never downloads)."""
+def load_policy(path: str, *, dtype: Any = None) -> tuple[Any, Any]:
+    """`(model, tokenizer)` from a local Hugging Face folder (never downloads).
+
+    The weights load as float32 whatever the checkpoint's dtype (`dtype` to choose another):
+    a learner keeps fp32 master weights, since a bfloat16 weight (8 bits of mantissa) rounds
+    away an update smaller than about 1/256 of itself, which is most of them at RL learning
+    rates.
+    """
     from pathlib import Path
 
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     if not Path(path).is_dir():
@@ -183,7 +190,9 @@ def load_policy(path: str) -> tuple[Any, Any]:
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, local_files_only=True, dtype=dtype if dtype is not None else torch.float32
+    )
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model, tokenizer

@@ -121,7 +121,7 @@ async def test_llm_policy_records_the_servers_tokens_and_the_rendered_prompt(tok
 
     async with TokenScriptedServer(["guess 50", "guess 75"], tokenizer=tok) as srv:
         async with LLMClient(base_url=srv.base_url, model="m") as client:
-            policy = LLMPolicy(client, return_tokens=True)
+            policy = LLMPolicy(client, return_tokens=True, logprobs="processed")
             await policy.act("Guess a number.")
             first = policy.last_tokens
             await policy.act("Higher.")
@@ -147,7 +147,7 @@ async def test_chat_template_drift_starts_a_new_sequence_instead_of_joining_cont
     first_reply = Reply(content="guess 50", token_ids=[*chars, tok.eos_token_id])
     async with TokenScriptedServer([first_reply, "guess 75"], tokenizer=tok) as srv:
         async with LLMClient(base_url=srv.base_url, model="m") as client:
-            policy = LLMPolicy(client, return_tokens=True)
+            policy = LLMPolicy(client, return_tokens=True, logprobs="processed")
             await policy.act("Guess a number.")
             first = policy.last_tokens
             await policy.act("Higher.")
@@ -156,3 +156,36 @@ async def test_chat_template_drift_starts_a_new_sequence_instead_of_joining_cont
     assert srv.sampled[1].prompt_ids[: len(context)] != context
     assert not second.continues and second.prompt_ids == srv.sampled[1].prompt_ids
     assert len(turn_sequences([(first, 0.0), (second, 1.0)])) == 2
+
+
+async def test_llm_policy_names_every_sampling_parameter_and_records_them(tok):
+    # vLLM fills what a request leaves open from the checkpoint's generation_config.json
+    # (top-k 20, top-p 0.8 in Qwen's folders): the behaviour policy must be what was asked
+    from gemkit.testing.token_server import TokenScriptedServer
+
+    async with TokenScriptedServer(["guess 50"], tokenizer=tok) as srv:
+        async with LLMClient(base_url=srv.base_url, model="m") as client:
+            policy = LLMPolicy(
+                client, return_tokens=True, logprobs="processed", temperature=0.7, top_p=0.9
+            )
+            await policy.act("Guess a number.")
+    body = srv.chat_requests[0].body
+    assert {k: body[k] for k in ("temperature", "top_p", "top_k", "min_p")} == {
+        "temperature": 0.7, "top_p": 0.9, "top_k": -1, "min_p": 0.0,
+    }  # fmt: skip
+    assert body["repetition_penalty"] == 1.0 and body["presence_penalty"] == 0.0
+    assert policy.last_tokens.sampling["top_p"] == 0.9
+    assert policy.last_tokens.sampling["logprobs"] == "processed"
+
+
+async def test_llm_policy_asking_for_tokens_fails_loudly_when_the_server_sends_none():
+    # llama.cpp's chat endpoint answers with text and log-probs but no token ids: a turn
+    # recorded without tokens would reach a trainer as silent None
+    from gemkit.llm import LLMError
+    from gemkit.testing import ScriptedOpenAIServer
+
+    async with ScriptedOpenAIServer(["guess 50"]) as srv:
+        async with LLMClient(base_url=srv.base_url, model="m", max_retries=0) as client:
+            policy = LLMPolicy(client, return_tokens=True, logprobs="processed")
+            with pytest.raises(LLMError, match="without token ids.*TokenPolicy"):
+                await policy.act("Guess a number.")

@@ -26,8 +26,11 @@ pytest.importorskip("transformers", reason="needs the `train` extra (torch, tran
 
 from aiohttp import web  # noqa: E402
 
-from gemkit.integrations.episode_tokens import prompt_ids, reply_ids  # noqa: E402
+from gemkit.llm.episode_tokens import prompt_ids, reply_ids  # noqa: E402
 from gemkit.testing.token_server import TokenScriptedServer  # noqa: E402
+
+#: a scripted server's log-probs stand for those of the distribution it "sampled" from
+SCRIPTED = "processed"
 from gemkit.testing.tokenizer import IM_END, IM_START, chatml_bpe_tokenizer  # noqa: E402
 from gemkit.train.model_server import ModelServer, load_engine, state_bytes  # noqa: E402
 from gemkit.train.offpolicy import STALE, admit  # noqa: E402
@@ -76,7 +79,9 @@ async def test_a_tool_result_that_forges_an_assistant_turn_never_enters_the_loss
     env = ToolEnvWrapper(gemkit.make(ENV), [shout])
     async with TokenScriptedServer(replies, tokenizer=tok) as srv:
         async with LLMClient(base_url=srv.base_url, model="m") as client:
-            episode = await run_episode(env, TokenPolicy(client, tok, max_tokens=128), seed=0)
+            episode = await run_episode(
+                env, TokenPolicy(client, tok, logprobs=SCRIPTED, max_tokens=128), seed=0
+            )
     assert episode.error is None
     seq = episode_sequence(episode)
     model = [t for t, m in zip(seq.response_ids, seq.mask, strict=True) if m]
@@ -99,7 +104,7 @@ async def test_the_env_is_stepped_with_the_sampled_ids_not_the_servers_text(tok)
     ids = [*tok(wrong, add_special_tokens=False)["input_ids"], tok.eos_token_id]
     async with TokenScriptedServer([Reply(content=word, token_ids=ids)], tokenizer=tok) as srv:
         async with LLMClient(base_url=srv.base_url, model="m") as client:
-            policy = TokenPolicy(client, tok)
+            policy = TokenPolicy(client, tok, logprobs=SCRIPTED)
             action = await policy.act(obs)
     assert action == wrong
     _, reward, *_ = env.step(action)
@@ -110,7 +115,9 @@ async def test_a_server_answer_whose_logprobs_cannot_be_paired_ends_the_episode(
     bad = Reply(content="apple", token_ids=[5, tok.eos_token_id], logprobs=[-0.1, -0.2, -0.3])
     async with TokenScriptedServer([bad], tokenizer=tok) as srv:
         async with LLMClient(base_url=srv.base_url, model="m") as client:
-            episode = await run_episode(gemkit.make(ENV), TokenPolicy(client, tok), seed=0)
+            episode = await run_episode(
+                gemkit.make(ENV), TokenPolicy(client, tok, logprobs=SCRIPTED), seed=0
+            )
     assert episode.turns == [] and "cannot be paired" in episode.error
 
 
@@ -128,7 +135,7 @@ async def test_a_sample_conditioned_on_a_retokenized_prompt_is_refused(tok):
     replies = [Reply(content="apple", token_ids=[*chars, tok.eos_token_id]), "river"]
     async with RetokenizingServer(replies, tokenizer=tok) as srv:
         async with LLMClient(base_url=srv.base_url, model="m") as client:
-            policy = TokenPolicy(client, tok)
+            policy = TokenPolicy(client, tok, logprobs=SCRIPTED)
             await policy.act("Word: apple")
             with pytest.raises(gemkit.GemkitError, match="re-tokenized the prompt"):
                 await policy.act("Correct. Word: river")

@@ -17,9 +17,9 @@ import pytest
 
 import gemkit
 from gemkit.errors import GemkitError
-from gemkit.integrations.episode_tokens import reply_ids
 from gemkit.integrations.openrlhf import agent_instance_class, parse_label, prompts_jsonl
 from gemkit.integrations.verl import _env_of, _token_output, play_episode, verl_rows
+from gemkit.llm.episode_tokens import reply_ids
 
 pytest.importorskip("tokenizers", reason="needs the `train` extra (tokenizers, transformers)")
 pytest.importorskip("transformers", reason="needs the `train` extra (transformers)")

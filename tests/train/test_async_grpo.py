@@ -130,7 +130,7 @@ def test_async_grpo_explains_a_server_it_cannot_reach(example, tmp_path):
 
     trainer = example("async_grpo")
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
-    with pytest.raises(SystemExit, match="error: Cannot connect"):
+    with pytest.raises(SystemExit, match="error: cannot reach the server at .*Cannot connect"):
         trainer.main(["--tiny", "--env", "toy:Copy-v0", "--server", url, "--no-progress",
                       "--out", str(tmp_path / "run")])  # fmt: skip
 
@@ -163,3 +163,60 @@ def test_the_server_it_starts_admits_max_new_tokens_and_requires_the_token(
         flags = started["args"][0]
         assert flags[flags.index("--max-tokens") + 1] == "300"
         assert flags[flags.index("--token") + 1] == "s3cret"
+
+
+async def test_the_server_url_is_found_with_or_without_v1_and_names_its_models(example):
+    import aiohttp
+    from aiohttp import web
+
+    from gemkit.errors import GemkitError
+
+    trainer = example("async_grpo")
+
+    async def models(_):
+        return web.json_response({"object": "list", "data": [{"id": "qwen"}, {"id": "policy"}]})
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    root = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            for given in (root, root + "/", root + "/v1"):
+                assert await trainer.resolve_server(session, given, {}) == (
+                    root + "/v1",
+                    ["qwen", "policy"],
+                )
+            with pytest.raises(
+                GemkitError,
+                match=r"GET /models answered 404 at .*/v2/models and .*/v2/v1/models; pass its base URL",
+            ):
+                await trainer.resolve_server(session, root + "/v2", {})
+    finally:
+        await runner.cleanup()
+
+
+def test_async_grpo_refuses_raw_log_probs_of_another_distribution(example, tmp_path):
+    # vLLM's default --logprobs-mode raw_logprobs reports temperature-1 log-probs of the full
+    # distribution: at temperature 0.7 they are not the behaviour log-probs. The scripted
+    # server ignores top_k, so its log-probs read as raw too.
+    from gemkit.testing.token_server import TokenScriptedServer
+    from gemkit.train.tiny import tiny_policy
+
+    trainer = example("async_grpo")
+    _, tok = tiny_policy("toy:Copy-v0", seed=0)
+    with TokenScriptedServer(["lamp"] * 4, tokenizer=tok) as srv:
+        with pytest.raises(SystemExit, match="raw log-probs .*--logprobs-mode processed_logprobs"):
+            trainer.main(["--tiny", "--env", "toy:Copy-v0", "--server", srv.base_url, "--temperature", "0.7",
+                          "--no-progress", "--out", str(tmp_path / "run")])  # fmt: skip
+
+
+def test_async_grpo_refuses_sampling_it_cannot_recompute(example):
+    trainer = example("async_grpo")
+    with pytest.raises(SystemExit, match="top_p must be a number in"):
+        trainer.main(["--tiny", "--top-p", "1.5"])
+    with pytest.raises(SystemExit, match="greedily"):
+        trainer.main(["--tiny", "--temperature", "0"])

@@ -21,6 +21,7 @@ pytest.importorskip("transformers", reason="needs the `train` extra (torch, tran
 
 from aiohttp import web  # noqa: E402
 
+from gemkit.llm.sampling import trainable  # noqa: E402
 from gemkit.train.model_server import (  # noqa: E402
     ModelServer,
     ServerLimits,
@@ -63,10 +64,13 @@ class Served:
 
 
 def assert_trainers_logprobs(model, episodes) -> None:
-    """Every sampled token's served log-prob is what `model` gives it in a training pass."""
+    """Every sampled token's served log-prob is what `model` gives it in a training pass
+    under the sampling parameters the turn recorded."""
     seqs = [episode_sequence(ep) for ep in episodes]
+    (sampling,) = {json.dumps(q.sampling, sort_keys=True) for q in seqs}
+    params = trainable(json.loads(sampling))
     ids, attn, _ = pack([q.prompt_ids for q in seqs], [q.response_ids for q in seqs], 0)
-    logp = token_logprobs(model, ids, attn)
+    logp = token_logprobs(model, ids, attn, sampling=params)
     for row, q in enumerate(seqs):
         p = len(q.prompt_ids)
         for j, (lp, m) in enumerate(zip(q.logprobs, q.mask, strict=True)):
@@ -81,9 +85,24 @@ async def test_served_logprobs_are_the_trainers_logprobs_for_the_same_weights():
         )  # fmt: skip
     assert all(ep.error is None for ep in episodes)
     assert_trainers_logprobs(s.engine.model, episodes)
-    # concurrent episodes were sampled together: fewer forward passes than requests
-    assert s.server.rows == sum(ep.num_turns for ep in episodes)
+    # concurrent episodes were sampled together: fewer forward passes than requests (one more
+    # row: the policies' shared question of what the log-probs are)
+    assert s.server.rows == sum(ep.num_turns for ep in episodes) + 1
     assert s.server.batches < s.server.rows
+    assert {t.tokens.sampling["logprobs"] for ep in episodes for t in ep.turns} == {"processed"}
+
+
+@pytest.mark.parametrize(
+    "params", [dict(temperature=0.7, top_p=0.9, top_k=5), dict(temperature=1.3, min_p=0.05)]
+)
+async def test_served_logprobs_under_top_k_top_p_and_min_p_are_the_trainers(params):
+    async with Served() as s, s.client() as client:
+        episodes = await asyncio.gather(
+            *(run_episode(gemkit.make(ENV), TokenPolicy(client, s.engine.tokenizer, max_tokens=4, **params), seed=k) for k in range(4))
+        )  # fmt: skip
+    assert all(ep.error is None for ep in episodes)
+    assert all(t.tokens.sampling[k] == v for ep in episodes for t in ep.turns for k, v in params.items())
+    assert_trainers_logprobs(s.engine.model, episodes)
 
 
 async def test_completions_answer_in_vllms_shape_with_the_weight_version():
@@ -243,7 +262,8 @@ async def test_batched_turns_record_the_same_kind_of_tokens_in_fewer_requests():
         await batcher.aclose()
     assert all(ep.error is None for ep in episodes), [ep.error for ep in episodes]
     turns = sum(ep.num_turns for ep in episodes)
-    assert s.server.rows == turns and batcher.requests < turns
+    # one more row than turns: the policies' shared question of what the log-probs are
+    assert s.server.rows == turns + 1 and batcher.requests < turns
     # each episode got its own completion back: the log-probs are the trainer's for its ids
     assert_trainers_logprobs(s.engine.model, episodes)
 

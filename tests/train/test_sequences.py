@@ -75,3 +75,78 @@ def test_parse_args_rejects_a_bad_value_with_a_usage_message(capsys):
     with pytest.raises(SystemExit):
         parse_args(_Flags, ["--rate", "fast"])
     assert "--rate expects a float or 'none', got 'fast'" in capsys.readouterr().err
+
+
+def _reference_kept(logits: list[float], params) -> set[int]:
+    """The tokens `params` keeps, worked out one token at a time (no sorting tricks)."""
+    import math
+
+    scaled = [x / params.temperature for x in logits]
+    top = max(scaled)
+    probs = [math.exp(x - top) for x in scaled]
+    total = sum(probs)
+    probs = [p / total for p in probs]
+    kept = set(range(len(logits)))
+    if params.min_p > 0:
+        kept = {i for i in kept if probs[i] >= params.min_p * max(probs)}
+    if params.top_k != -1:
+        kth = sorted((scaled[i] for i in kept), reverse=True)[min(params.top_k, len(kept)) - 1]
+        kept = {i for i in kept if scaled[i] >= kth}  # ties with the k-th stay
+    if params.top_p < 1:
+        mass = sum(probs[i] for i in kept)
+        ranked = sorted(kept, key=lambda i: -scaled[i])
+        chosen, acc = set(), 0.0
+        for i in ranked:  # the most likely first, until the mass reaches top_p
+            chosen.add(i)
+            acc += probs[i] / mass
+            if acc >= params.top_p:
+                break
+        kept = chosen
+    return kept
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(temperature=0.7, top_k=3),
+        dict(temperature=1.0, top_p=0.8),
+        dict(temperature=0.7, top_p=0.9, top_k=5),
+        dict(temperature=1.3, min_p=0.1),
+        dict(temperature=0.5, top_k=2, top_p=0.5, min_p=0.01),
+    ],
+)
+def test_processed_logits_keep_what_vllms_sampler_keeps_and_renormalise(fields):
+    from gemkit.llm.sampling import SamplingParams
+    from gemkit.train.sequences import processed_logits
+
+    params = SamplingParams(**fields)
+    gen = torch.Generator().manual_seed(3)
+    logits = torch.randn(6, 11, generator=gen) * 2
+    logits[0, 2] = logits[0, 5]  # a tie at some rank
+    out = torch.log_softmax(processed_logits(logits, params), dim=-1)
+    for row in range(logits.shape[0]):
+        kept = {int(i) for i in torch.nonzero(torch.isfinite(out[row])).flatten()}
+        assert kept == _reference_kept(logits[row].tolist(), params)
+        assert float(out[row, sorted(kept)].exp().sum()) == pytest.approx(1.0, abs=1e-5)
+        # a kept token's log-prob is its tempered log-prob, renormalised over what is kept
+        scaled = torch.log_softmax(logits[row] / params.temperature, dim=-1)
+        shift = torch.logsumexp(scaled[sorted(kept)], dim=0)
+        for i in kept:
+            assert float(out[row, i]) == pytest.approx(float(scaled[i] - shift), abs=1e-5)
+
+
+def test_token_logprobs_under_top_k_one_is_zero_for_the_argmax_and_minus_inf_elsewhere():
+    from gemkit.llm.sampling import SamplingParams
+
+    torch.manual_seed(0)
+    model, tok = tiny_policy("game:GuessTheNumber-v0-easy", episodes=2)
+    greedy = torch.tensor([tok("Guess")["input_ids"]])
+    for _ in range(4):  # decode greedily: each token is the argmax after the ones before
+        nxt = model(input_ids=greedy).logits[0, -1].argmax()
+        greedy = torch.cat([greedy, nxt.view(1, 1)], dim=1)
+    logp = token_logprobs(model, greedy, torch.ones_like(greedy), sampling=SamplingParams(top_k=1))
+    assert logp[0, 1:].tolist() == [0.0] * (greedy.shape[1] - 1)
+    other = greedy.clone()
+    other[0, 1] = (other[0, 1] + 1) % model.config.vocab_size
+    logp = token_logprobs(model, other, torch.ones_like(other), sampling=SamplingParams(top_k=1))
+    assert logp[0, 1] == float("-inf")

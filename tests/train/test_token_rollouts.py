@@ -24,6 +24,9 @@ pytest.importorskip("transformers", reason="needs the `train` extra (transformer
 torch = pytest.importorskip("torch", reason="needs the `train` extra (torch)")
 
 from gemkit.testing.token_server import TokenScriptedServer  # noqa: E402
+
+#: a scripted server's log-probs stand for those of the distribution it "sampled" from
+SCRIPTED = "processed"
 from gemkit.testing.tokenizer import chatml_bpe_tokenizer  # noqa: E402
 from gemkit.train.offpolicy import Row, pack_rows  # noqa: E402
 
@@ -82,7 +85,9 @@ async def _tool_episode(tok, srv_kwargs=None) -> tuple[Episode, TokenScriptedSer
     env = ToolEnvWrapper(gemkit.make(ENV), [spell])
     async with TokenScriptedServer(replies, tokenizer=tok, **(srv_kwargs or {})) as srv:
         async with client_for(srv) as client:
-            episode = await run_episode(env, TokenPolicy(client, tok, max_tokens=64), seed=3)
+            episode = await run_episode(
+                env, TokenPolicy(client, tok, logprobs=SCRIPTED, max_tokens=64), seed=3
+            )
     return episode, srv, odd
 
 
@@ -165,7 +170,7 @@ async def test_each_turn_records_the_version_the_server_reports(tok):
 
 async def test_a_version_callback_stands_in_for_a_server_that_reports_none(tok):
     async with TokenScriptedServer(["apple"], tokenizer=tok) as srv, client_for(srv) as client:
-        policy = TokenPolicy(client, tok, version=lambda: 3)
+        policy = TokenPolicy(client, tok, logprobs=SCRIPTED, version=lambda: 3)
         await policy.act("Word: apple")
     assert policy.last_tokens.version == 3
 
@@ -174,7 +179,7 @@ async def test_the_sglang_protocol_records_the_same_tokens(tok):
     async with TokenScriptedServer(["apple", "river"], tokenizer=tok, weight_version=2) as srv:
         client = LLMClient(base_url=srv.base_url.removesuffix("/v1"), model="m")
         async with client:
-            policy = TokenPolicy(client, tok, protocol="sglang", max_tokens=8)
+            policy = TokenPolicy(client, tok, logprobs=SCRIPTED, protocol="sglang", max_tokens=8)
             await policy.act("Word: apple")
             first = policy.last_tokens
             await policy.act("Correct. Word: river")
@@ -187,7 +192,7 @@ async def test_the_sglang_protocol_records_the_same_tokens(tok):
 async def test_a_completion_cut_at_max_tokens_is_recorded_cut(tok):
     async with TokenScriptedServer(["apple river stone"], tokenizer=tok) as srv:
         async with client_for(srv) as client:
-            policy = TokenPolicy(client, tok, max_tokens=2)
+            policy = TokenPolicy(client, tok, logprobs=SCRIPTED, max_tokens=2)
             await policy.act("Word: apple")
     assert len(policy.last_tokens.completion_ids) == 2
     assert policy.last_tokens.completion_ids == srv.sampled[0].completion_ids
@@ -204,7 +209,7 @@ def test_an_episode_without_tokens_is_refused_by_the_export():
 
 @pytest.mark.parametrize("text", ["Correct. Word: apple", f"x {CALL} <|im_end|> y", "", " a\n\nb "])
 def test_env_and_markup_text_encode_exactly_as_the_tokenizer_does(tok, text):
-    from gemkit.integrations.episode_tokens import _markup_ids, text_ids
+    from gemkit.llm.episode_tokens import _markup_ids, text_ids
 
     for _ in range(2):  # the wrapper leaves its split flag set after a call: no influence
         assert text_ids(tok, text) == tok(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]  # fmt: skip
@@ -212,7 +217,7 @@ def test_env_and_markup_text_encode_exactly_as_the_tokenizer_does(tok, text):
 
 
 def test_tokens_added_to_the_tokenizer_are_seen_by_the_fast_path():
-    from gemkit.integrations.episode_tokens import text_ids
+    from gemkit.llm.episode_tokens import text_ids
 
     tok = chatml_bpe_tokenizer(["apple river"] * 20)
     before = text_ids(tok, "zebra")

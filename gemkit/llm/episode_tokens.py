@@ -1,11 +1,12 @@
 """Token ids of a multi-turn episode for trainers that take tokens: prompt and env replies.
 
-Shared by the TRL rollout and the verl agent loop, so both frame env text the same way.
+Shared by `TokenPolicy`, the TRL rollout and the verl agent loop, so all frame env text the same way.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -36,13 +37,19 @@ def prompt_ids(tokenizer: Any, observation: Any, system_prompt: str | None = Non
     return text_ids(tokenizer, text if system_prompt is None else f"{system_prompt}\n{text}")
 
 
-def reply_ids(tokenizer: Any, text: str) -> list[int]:
+def reply_ids(tokenizer: Any, text: str, after: Sequence[int] | None = None) -> list[int]:
     """Token ids of an env reply placed after the model's turn (masked 0 in the response).
 
     With a chat template this is the template's own rendering of a new user message and the
-    next generation prompt (the model's turn ended with its EOS, e.g. `<|im_end|>`); without
-    one, or with a template that rewrites earlier turns, the reply as plain text. The reply's
-    own characters are tokenized as text, never as control tokens (see `prompt_ids`).
+    next generation prompt; without one, or with a template that rewrites earlier turns, the
+    reply as plain text. The reply's own characters are tokenized as text, never as control
+    tokens (see `prompt_ids`).
+
+    `after` is the model's completion the reply follows: the template closes an assistant
+    turn with more than the end-of-turn token the model samples (ChatML's `<|im_end|>` is
+    followed by a newline), so what the completion lacks of that closing comes first, and
+    the model conditions on the context its template renders. A completion cut before its
+    end-of-turn token gets the whole closing.
     """
     if not getattr(tokenizer, "chat_template", None):
         return text_ids(tokenizer, "\n" + text + "\n")
@@ -50,14 +57,66 @@ def reply_ids(tokenizer: Any, text: str) -> list[int]:
     # render the last assistant turn differently from earlier ones, which breaks the prefix.
     base = [{"role": "user", "content": "x"}]
     before = tokenizer.apply_chat_template(base, tokenize=False)
-    after = tokenizer.apply_chat_template(
+    after_text = tokenizer.apply_chat_template(
         [*base, {"role": "user", "content": _SLOT}], tokenize=False, add_generation_prompt=True
     )
-    if not after.startswith(before) or after.count(_SLOT) != 1:
+    if not after_text.startswith(before) or after_text.count(_SLOT) != 1:
         # a template that rewrites earlier turns, or edits the content: fall back to plain text
         return text_ids(tokenizer, "\n" + text + "\n")
-    head, tail = after[len(before) :].split(_SLOT)
-    return _markup_ids(tokenizer, head) + text_ids(tokenizer, text) + _markup_ids(tokenizer, tail)
+    head, tail = after_text[len(before) :].split(_SLOT)
+    ids = _markup_ids(tokenizer, head) + text_ids(tokenizer, text) + _markup_ids(tokenizer, tail)
+    if after is None:
+        return ids
+    return closing_rest(tokenizer, after) + ids
+
+
+def turn_closing_ids(tokenizer: Any) -> list[int]:
+    """The ids the chat template puts after an assistant message's text (`<|im_end|>\\n`).
+
+    Empty without a chat template, or when the template renders assistant turns in a way that
+    does not end with the text (then nothing is added after a completion).
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        return []
+    try:
+        cached = _CLOSINGS.get(tokenizer)
+    except TypeError:  # not weak-referenceable
+        cached = None
+    if cached is not None:
+        return list(cached)
+    messages = [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": _SLOT},
+        {"role": "user", "content": "y"},
+    ]
+    try:
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False)
+        before = tokenizer.apply_chat_template(messages[:2], tokenize=False)
+    except Exception:  # noqa: BLE001 - a template that refuses this shape: add nothing
+        return []
+    closing: list[int] = []
+    if rendered.count(_SLOT) == 1 and before.count(_SLOT) == 1:
+        # the closing is what follows the text when the conversation ends there, provided the
+        # next turn's rendering starts with it too
+        rest = before.split(_SLOT, 1)[1]
+        if rest and rendered.split(_SLOT, 1)[1].startswith(rest):
+            closing = _markup_ids(tokenizer, rest)
+    try:
+        _CLOSINGS[tokenizer] = tuple(closing)
+    except TypeError:
+        pass
+    return closing
+
+
+def closing_rest(tokenizer: Any, completion: Sequence[int]) -> list[int]:
+    """What `completion` lacks of the template's turn closing: the part after the longest
+    prefix of the closing it already ends with (`[\\n]` after a sampled `<|im_end|>`)."""
+    closing = turn_closing_ids(tokenizer)
+    done = list(completion)
+    for k in range(min(len(closing), len(done)), 0, -1):
+        if done[-k:] == closing[:k]:
+            return closing[k:]
+    return closing
 
 
 def text_ids(tokenizer: Any, text: str) -> list[int]:
@@ -101,6 +160,9 @@ def _backends(tokenizer: Any) -> tuple[Any, Any] | None:
         _BACKENDS[tokenizer] = cached
     return cached[1], cached[2]
 
+
+#: per tokenizer: the ids its chat template closes an assistant turn with
+_CLOSINGS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 #: stands in for env text while a chat template renders, so the template's markup and the
 #: text can be tokenized apart; no env text contains it (a NUL never appears in templates)
