@@ -12,7 +12,7 @@ TEST_EXTRAS ?= dev,rg,math,mcp,train,ray,gem,textarena
 TRAINERS ?= verl==0.9.1 openrlhf==0.11.2 tensordict==0.10.0 pyvers==0.1.0
 TRAINER_DEPS ?= orjson cachetools pylatexenc codetiming hydra-core fastapi cloudpickle importlib_metadata
 
-.PHONY: demo test lint bench clean trainers
+.PHONY: demo test live lint bench clean trainers
 
 $(VENV)/.demo-installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,18 @@ demo: $(VENV)/.demo-installed
 test: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest
+
+# The live suite: gemkit against a real vLLM and a real llama.cpp serving a real model
+# (tests/live/conftest.py). LIVE_KEEP=1 leaves the servers running afterwards.
+LIVE_VLLM_PORT ?= 8097
+LIVE_LLAMA_PORT ?= 8087
+live: $(VENV)/.test-installed
+	LIVE_VLLM_PORT=$(LIVE_VLLM_PORT) LIVE_LLAMA_PORT=$(LIVE_LLAMA_PORT) bash tests/live/servers/start.sh
+	GEMKIT_LIVE_VLLM=http://127.0.0.1:$(LIVE_VLLM_PORT)/v1 \
+	GEMKIT_LIVE_LLAMA=http://127.0.0.1:$(LIVE_LLAMA_PORT)/v1 \
+	$(PY) -m pytest -m live tests/live; status=$$?; \
+	[ -n "$(LIVE_KEEP)" ] || LIVE_VLLM_PORT=$(LIVE_VLLM_PORT) LIVE_LLAMA_PORT=$(LIVE_LLAMA_PORT) bash tests/live/servers/start.sh stop; \
+	exit $$status
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .

@@ -433,7 +433,7 @@ def learn(model, optimizer, tokenizer, rows: list[Row], args: Args) -> dict[str,
     for sampling, part in parts:
         ids, attn, mask, behaviour = pack_rows(part, tokenizer.pad_token_id, model.device)
         adv = torch.tensor([r.advantage for r in part], dtype=torch.float32, device=model.device)
-        logp = token_logprobs(model, ids, attn, args.temperature, sampling=sampling)
+        logp = token_logprobs(model, ids, attn, sampling=sampling, mask=mask)
         loss, info = corrected_loss(logp, behaviour, adv, mask, args.is_cap)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

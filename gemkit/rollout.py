@@ -343,7 +343,9 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
 
     `mean_tokens` counts every model call (the policy's and context summaries');
     `mean_summary_tokens` is the summaries' share. `context_warnings` counts episodes in
-    which a context strategy left the chat over its budget.
+    which a context strategy left the chat over its budget. `native_tool_calls` and
+    `text_tool_calls` count the calls that came as the server's `tool_calls` and those read
+    from the reply's text (a model that wrote its calls as JSON in the content).
     """
     n = len(episodes)
     keys = (
@@ -355,9 +357,22 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
         "mean_summary_tokens",
     )
     if n == 0:
-        zeros = {"errors": 0, "context_warnings": 0, "summaries_truncated": 0}
+        zeros = {
+            "errors": 0,
+            "context_warnings": 0,
+            "summaries_truncated": 0,
+            "native_tool_calls": 0,
+            "text_tool_calls": 0,
+        }
         return {"episodes": 0, **dict.fromkeys(keys, 0.0), **zeros}
     summary_tokens = [e.token_sources["summary"] for e in episodes]
+    formats = [
+        call.get("format")
+        for e in episodes
+        for t in e.turns
+        for call in (t.info.get("parsed_calls") or [] if isinstance(t.info, dict) else [])
+        if isinstance(call, dict)
+    ]
     return {
         "episodes": n,
         "success_rate": sum(e.success for e in episodes) / n,
@@ -372,6 +387,8 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
         "errors": sum(e.error is not None for e in episodes),
         "context_warnings": sum(e.context_warnings > 0 for e in episodes),
         "summaries_truncated": sum(e.summaries_truncated for e in episodes),
+        "native_tool_calls": sum(f == "openai" for f in formats),
+        "text_tool_calls": sum(f != "openai" for f in formats),
     }
 
 

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from gemkit.cli.arguments import positive
 from gemkit.cli.console import console
+from gemkit.errors import GemkitError
 
 CONTEXTS = ("none", "discard-all", "discard-75", "summary", "thinking")
 TOOL_FORMATS = ("text", "native")
@@ -39,6 +40,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="text: tool schemas and call format in the prompt (any server); native: the "
         "schemas as the request's tools= list and calls as tool_calls (a server with tool "
         "calling, e.g. vLLM --enable-auto-tool-choice, llama.cpp --jinja)",
+    )
+    p.add_argument(
+        "--tool-choice",
+        default=None,
+        metavar="CHOICE",
+        help="with --tool-format native: the request's tool_choice, 'auto' (the server's "
+        "default), 'required' (a call every turn; small models often write calls as text "
+        "otherwise), 'none', or a tool name to force",
     )
     p.add_argument("--system-prompt", default=None)
     p.add_argument("--temperature", type=float, default=None)
@@ -93,6 +102,13 @@ def _no_tool_text(env: Any) -> Any:
     return env
 
 
+def _tool_choice(choice: str) -> str | dict[str, Any]:
+    """The request's `tool_choice`: a mode, or the OpenAI form that forces one tool."""
+    if choice in ("auto", "required", "none"):
+        return choice
+    return {"type": "function", "function": {"name": choice}}
+
+
 def summary_table(summary: dict[str, dict[str, float]]) -> Table:
     """The final per-env table."""
     table = Table(title="evaluation")
@@ -127,6 +143,7 @@ def settings_of(args: argparse.Namespace, model: str | None) -> dict[str, Any]:
         "system_prompt": args.system_prompt if llm else None,
         "tools": [t.strip() for t in args.tools.split(",") if t.strip()],
         "tool_format": args.tool_format if llm else None,
+        "tool_choice": args.tool_choice if llm else None,
         "context": args.context if llm else None,
         "max_context": args.max_context if llm and args.context != "none" else None,
         "max_summary_tokens": args.max_summary_tokens
@@ -150,6 +167,11 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 
     for env_id in args.env_ids:
         spec(env_id)  # unknown ids fail before any work
+    if args.tool_choice is not None and args.tool_format != "native":
+        raise GemkitError(
+            f"--tool-choice {args.tool_choice} needs --tool-format native (the text format "
+            "sends no tools= list for it to apply to)"
+        )
     tools = [t for t in args.tools.split(",") if t.strip()]
     client = None
     if args.policy == "llm":
@@ -175,6 +197,7 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 system_prompt=None,
                 env_tools=native,
                 message_actions=native,
+                **({"tool_choice": _tool_choice(args.tool_choice)} if args.tool_choice else {}),
             )
         return make_policy(args.policy, env_id, seed=seed)
 
@@ -262,6 +285,13 @@ def run(args: argparse.Namespace) -> int:
                 f"[yellow]{env_id}: in {s['context_warnings']} episodes the --context strategy "
                 "could not keep the chat within --max-context (see context_warnings in "
                 "episodes.jsonl)[/yellow]"
+            )
+        if args.tool_format == "native" and s.get("text_tool_calls"):
+            native, text = s.get("native_tool_calls", 0), s["text_tool_calls"]
+            console.print(
+                f"[yellow]{env_id}: {text} of {native + text} tool calls came as text in the "
+                "reply, not as the server's tool_calls (its tool-call parser did not "
+                "recognise them); try --tool-choice required, or --tool-format text[/yellow]"
             )
         if s.get("summaries_truncated"):
             console.print(

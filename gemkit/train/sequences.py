@@ -152,20 +152,50 @@ def token_logprobs(
     temperature: float = 1.0,
     *,
     sampling: SamplingParams | None = None,
+    mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Log-probability of each token given the ones before it, shape `(B, L)` (column 0 is 0).
 
     Under `sampling` (temperature, top-k, top-p, min-p) when given, else at `temperature`
     over the full distribution. The forward pass runs in the model's dtype and the
     log-softmax in float32. A token the sampling distribution cuts gets `-inf`.
+
+    With `mask` (1 where a token's log-prob is needed: the model's own tokens) only those
+    positions go through the output layer and the vocabulary-wide work (the sort that top-p
+    needs is `B x L x V`: gigabytes for a real vocabulary); the others are 0.
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
     if sampling is None:
         sampling = SamplingParams(temperature=temperature if temperature > 0 else 1.0)
-    logits = processed_logits(logits, sampling)
-    target = input_ids[:, 1:].unsqueeze(-1)
+    head = _output_layer(model) if mask is not None else None
+    if head is None:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()
+        logits = processed_logits(logits, sampling)
+        target = input_ids[:, 1:].unsqueeze(-1)
+        picked = logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)
+        out = torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+        return out if mask is None else torch.where(mask > 0, out, torch.zeros_like(out))
+    base, lm_head = head
+    hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    rows, cols = torch.nonzero(mask[:, 1:] > 0, as_tuple=True)  # token cols+1, from position cols
+    logits = processed_logits(lm_head(hidden[rows, cols]).float(), sampling)
+    target = input_ids[rows, cols + 1].unsqueeze(-1)
     picked = logits.gather(-1, target).squeeze(-1) - torch.logsumexp(logits, dim=-1)
-    return torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
+    out = torch.zeros(input_ids.shape, dtype=picked.dtype, device=picked.device)
+    return out.index_put((rows, cols + 1), picked)
+
+
+def _output_layer(model: Any) -> tuple[Any, Any] | None:
+    """`(base model, output layer)` of a causal LM whose logits are exactly the output layer of
+    its last hidden state, or None (a model that scales or caps its logits, or another shape)."""
+    config = getattr(model, "config", None)
+    if any(getattr(config, k, None) for k in ("final_logit_softcapping", "logit_scale")):
+        return None
+    base = getattr(model, "base_model", None)
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if base is None or head is None or base is model:
+        return None
+    return base, head
 
 
 def policy_loss(

@@ -157,3 +157,33 @@ def test_eval_tools_search_sends_question_call_and_result_in_order(tmp_path, fmt
         {"role": "tool", "tool_call_id": call_id, "name": "search", "content": result["content"]},
     ]
     assert row["num_turns"] == 2 and row["tool_calls"] == 1
+
+
+def test_native_mode_reports_calls_the_server_left_in_the_text_and_sends_tool_choice(
+    tmp_path, capsys
+):
+    # a real Qwen2.5-Coder-0.5B behind vLLM's hermes parser writes bare JSON: the parser
+    # leaves it in the content and gemkit's text fallback runs it; the report must say so
+    bare = '{"name": "search", "arguments": {"query": "capital"}}'
+    with ScriptedOpenAIServer([bare, "\\boxed{I do not know}"]) as srv:
+        code = eval_once(
+            srv, "qa:Builtin-v0", "search", tmp_path, "--tool-format", "native",
+            "--tool-choice", "required",
+        )  # fmt: skip
+        bodies = [r.body for r in srv.chat_requests]
+    assert code == 0
+    assert all(b["tool_choice"] == "required" for b in bodies)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    (s,) = [v for k, v in summary.items() if k.startswith("qa:")] or [summary]
+    assert s["native_tool_calls"] == 0 and s["text_tool_calls"] == 1
+    out = capsys.readouterr().out
+    assert "1 of 1 tool calls came as text" in " ".join(out.split())
+
+
+def test_tool_choice_without_native_tools_is_refused_in_one_line(tmp_path, capsys):
+    with ScriptedOpenAIServer([]) as srv:
+        code = eval_once(srv, "qa:Builtin-v0", "search", tmp_path, "--tool-choice", "required")
+    err = capsys.readouterr()
+    assert code != 0
+    assert "--tool-choice required needs --tool-format native" in err.out + err.err
+    assert "Traceback" not in err.out + err.err

@@ -7,20 +7,24 @@ fixtures here only find them: `GEMKIT_LIVE_VLLM` and `GEMKIT_LIVE_LLAMA` name th
 URLs (default: the scripts' ports, 8097 and 8087). A server that does not answer skips its
 tests with the command that starts it, unless `GEMKIT_REQUIRE_LIVE=1` (CI), where it fails.
 
-Every module here marks its tests `live` (`pytestmark`); the default test run leaves them out (`-m "not live"` in
-pyproject.toml), since a real 0.5B model on 2 CPU cores answers 5 to 20 tokens a second.
+Every module here that needs a server marks its tests `live` (`pytestmark`); the default
+test run leaves them out (`-m "not live"` in pyproject.toml), since a real 0.5B model on 2
+CPU cores answers 5 to 20 tokens a second.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 SERVERS = Path(__file__).parent / "servers"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 #: the model folder vllm-cpu.sh converts the GGUF into (its tokenizer is the real Qwen one)
 MODEL_DIR = (
     Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
@@ -47,6 +51,22 @@ def _server(env: str, port: int, script: str) -> str:
             pytest.fail(why)
         pytest.skip(why)
     return base
+
+
+def _docs_command(marker: str) -> list[str]:
+    """The words of the docs/training.md bash line that contains `marker` (continuations
+    joined): what a user copies, so what the live tests run."""
+    for block in re.findall(r"```bash[^\n]*\n(.*?)```", DOCS.read_text(), flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            if marker in line:
+                return shlex.split(line)
+    raise AssertionError(f"docs/training.md shows no command with {marker!r}")
+
+
+@pytest.fixture(scope="session")
+def docs_command():
+    """`docs_command(marker)`: the words of the docs' command line that contains `marker`."""
+    return _docs_command
 
 
 @pytest.fixture(scope="session")

@@ -42,31 +42,17 @@ def restored(vllm, model_dir, async_grpo):
 
 
 def test_async_grpo_trains_against_vllm_with_exact_weight_sync(
-    restored, model_dir, async_grpo, tmp_path
+    restored, model_dir, async_grpo, docs_command, tmp_path
 ):
     trainer = async_grpo
     before = asyncio.run(_probe(trainer, restored, model_dir))
-    history = trainer.main(
-        [
-            "--model", str(model_dir),
-            "--server", restored,  # no /v1: the trainer finds it, and the model's name
-            "--weight-sync", "vllm",
-            "--env", "game:GuessTheNumber-v0-easy",
-            "--steps", "3",
-            "--num-groups", "1",
-            "--group-size", "2",
-            "--in-flight", "2",
-            "--max-turns", "2",
-            "--max-new-tokens", "12",
-            "--no-filter-equal",
-            "--lr", "2e-5",
-            "--temperature", "0.8",
-            "--top-p", "0.95",
-            "--top-k", "40",
-            "--out", str(tmp_path / "run"),
-            "--no-progress",
-        ]
-    )  # fmt: skip
+    # the command docs/training.md shows, with this machine's model folder and server
+    argv = docs_command("examples/async_grpo.py --model")
+    argv = argv[argv.index("examples/async_grpo.py") + 1 :]
+    argv[argv.index("--model") + 1] = str(model_dir)
+    argv[argv.index("--server") + 1] = restored  # no /v1: the trainer finds it and the name
+    assert argv[argv.index("--weight-sync") + 1] == "vllm"
+    history = trainer.main([*argv, "--out", str(tmp_path / "run"), "--no-progress"])
     assert len(history) == 3
     gaps = history[-1]["sync_gaps"]
     # the starting weights and each of the 3 synced versions were checked

@@ -150,3 +150,21 @@ def test_token_logprobs_under_top_k_one_is_zero_for_the_argmax_and_minus_inf_els
     other[0, 1] = (other[0, 1] + 1) % model.config.vocab_size
     logp = token_logprobs(model, other, torch.ones_like(other), sampling=SamplingParams(top_k=1))
     assert logp[0, 1] == float("-inf")
+
+
+def test_log_probs_of_masked_positions_only_equal_the_full_pass():
+    from gemkit.llm.sampling import SamplingParams
+
+    torch.manual_seed(0)
+    model, tok = tiny_policy("toy:Copy-v0", episodes=2)
+    ids = torch.randint(3, len(tok), (3, 12))
+    attn = torch.ones_like(ids)
+    mask = torch.zeros(ids.shape)
+    mask[:, 5:] = 1
+    mask[1, 9:] = 0
+    for params in (SamplingParams(), SamplingParams(temperature=0.7, top_p=0.9, top_k=5)):
+        full = token_logprobs(model, ids, attn, sampling=params)
+        part = token_logprobs(model, ids, attn, sampling=params, mask=mask)
+        keep = mask > 0
+        assert torch.equal(part[~keep], torch.zeros_like(part[~keep]))
+        assert torch.allclose(part[keep], full[keep], atol=1e-5, equal_nan=True)

