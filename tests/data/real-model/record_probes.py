@@ -67,7 +67,9 @@ def main(kind: str, root: str, model: str) -> None:
         rendered = probe("apply_template", "/apply-template", {"messages": CHAT})
         prompt = rendered.get("prompt", "") if isinstance(rendered, dict) else ""
         probe("tokenize_chat", "/tokenize", {"content": prompt, "parse_special": True})
-    probe("over_window", "/v1/chat/completions", {"model": model, "messages": LONG, "max_tokens": 1})
+    probe(
+        "over_window", "/v1/chat/completions", {"model": model, "messages": LONG, "max_tokens": 1}
+    )
     probe("cut_at_max_tokens", "/v1/chat/completions",
           {"model": model, "messages": CHAT, "max_tokens": 8, "temperature": 0})  # fmt: skip
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
