@@ -11,8 +11,11 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gemkit.cli.arguments import positive
+from gemkit.cli.arguments import add_timeout_option, positive
 from gemkit.cli.console import console
+
+#: the reply bound `--max-tokens` defaults to (gemkit.llm.client.DEFAULT_MAX_TOKENS)
+MAX_TOKENS = 2048
 
 CONTEXTS = ("none", "discard-all", "discard-75", "summary", "thinking")
 TOOL_FORMATS = ("text", "native")
@@ -43,7 +46,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system-prompt", default=None)
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument(
-        "--max-tokens", type=positive, default=None, help="token budget of each policy reply"
+        "--max-tokens",
+        type=positive,
+        default=MAX_TOKENS,
+        help=f"token budget of each policy reply (default {MAX_TOKENS}); a reply cut there is "
+        "counted and marked with finish_reason 'length'",
     )
     p.add_argument(
         "--max-summary-tokens",
@@ -51,6 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=1024,
         help="token budget of each --context summary, apart from --max-tokens (default 1024)",
     )
+    add_timeout_option(p)
     p.add_argument("--out", type=Path, required=True, help="results folder")
     p.add_argument("--resume", action="store_true", help="continue a run in --out")
     p.set_defaults(func=run)
@@ -161,6 +169,7 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
             args.api_key,
             args.model,
             max_concurrency=args.concurrency,
+            timeout=args.timeout,
             **{k: v for k, v in sampling.items() if v is not None},
         )
     settings = settings_of(args, client.model if client is not None else None)
@@ -238,7 +247,10 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 on_start=on_start,
                 policy_info=policy_info,
                 settings=settings,
-                info={"base_url": _without_credentials(client.base_url) if client else None},
+                info={
+                    "base_url": _without_credentials(client.base_url) if client else None,
+                    "timeout": client.timeout if client else None,
+                },
             )
         finally:
             if client is not None:

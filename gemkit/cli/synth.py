@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gemkit.cli.arguments import add_timeout_option
 from gemkit.cli.arguments import count as _count
 from gemkit.cli.arguments import positive as _positive
 from gemkit.cli.console import console
@@ -37,6 +38,7 @@ def add_qa(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-fuzz", type=_count, default=2, help="fuzzes a record needs (default 2)")
     p.add_argument("--llm", metavar="URL", help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
     p.add_argument("--model", help="model name for --llm")
+    add_timeout_option(p)
     p.add_argument("--corpus", help="an outside corpus JSONL ({id, title, text, url}); needs --seeds and --llm")
     p.add_argument("--seeds", help="a JSONL of {question, answer} seed questions; needs --llm")
     p.add_argument("--workers", type=_positive, default=1, help="worker processes (default 1)")
@@ -88,7 +90,8 @@ def run_qa(args: argparse.Namespace) -> int:
         raise GemkitError("--model needs --llm URL (an OpenAI-compatible endpoint)")
     config = RunConfig(n=args.n, world_size=args.world_size, seed=args.seed,
                        min_inject=args.min_inject, min_fuzz=args.min_fuzz, llm_url=args.llm,
-                       model=args.model, corpus=args.corpus, seeds=args.seeds)
+                       model=args.model, corpus=args.corpus, seeds=args.seeds,
+                       timeout=args.timeout)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rejected]} rejected"), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True) as progress:

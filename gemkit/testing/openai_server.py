@@ -4,8 +4,8 @@ It speaks `POST /v1/chat/completions` (plain, or streamed as server-sent events 
 `stream=true`, chunk by chunk as the OpenAI API streams) and `GET /v1/models`, answers with
 replies taken from a queue or computed by a callable, counts tokens by a simple word count (and
 cuts a reply at the request's `max_tokens` words, with finish reason `length`), injects faults
-(429 with `Retry-After`, 500, slow replies, dropped connections) on chosen requests or with a
-seeded probability, and records every request it got.
+(429 with `Retry-After`, 500, slow replies, dropped connections, a refusal with a given status
+and body) on chosen requests or with a seeded probability, and records every request it got.
 
     with ScriptedOpenAIServer(["Hello!"]) as srv:        # sync tests: a background thread
         client = LLMClient(base_url=srv.base_url, model="m")
@@ -37,7 +37,8 @@ RATE_LIMIT = "rate_limit"
 SERVER_ERROR = "server_error"
 SLOW = "slow"
 DROP = "drop"
-FAULT_KINDS = (RATE_LIMIT, SERVER_ERROR, SLOW, DROP)
+REJECT = "reject"
+FAULT_KINDS = (RATE_LIMIT, SERVER_ERROR, SLOW, DROP, REJECT)
 _FAULT_ALIASES = {"429": RATE_LIMIT, "500": SERVER_ERROR, "timeout": SLOW, "disconnect": DROP}
 _WORD = re.compile(r"\S+")
 
@@ -65,11 +66,15 @@ class Reply:
 
 @dataclass
 class Fault:
-    """A failure to inject: `rate_limit` (429), `server_error` (500), `slow`, or `drop`."""
+    """A failure to inject: `rate_limit` (429), `server_error` (500), `slow`, `drop`, or
+    `reject`: an answer with HTTP `status` and the JSON `body` (say, a real server's refusal
+    of an over-window request)."""
 
     kind: str
     retry_after: float | None = 0.05
     delay: float = 1.0
+    status: int = 400
+    body: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.kind = _FAULT_ALIASES.get(self.kind, self.kind)
@@ -325,6 +330,10 @@ class ScriptedOpenAIServer:
         if fault is not None and fault.kind == SERVER_ERROR:
             rec.outcome = "server_error"
             return _error(500, "internal error (scripted)", "server_error")
+        if fault is not None and fault.kind == REJECT:
+            rec.outcome = "rejected"
+            payload = fault.body or {"error": {"message": "rejected (scripted)", "code": "x"}}
+            return web.json_response(payload, status=fault.status)
         if fault is not None and fault.kind == DROP:
             rec.outcome = "dropped"
             if request.transport is not None:

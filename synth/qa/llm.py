@@ -103,12 +103,13 @@ class LLMAgent(RuleAgent):
         client: Any = None,
         options: int = 6,
         temperature: float = 0.7,
+        timeout: float | None = None,
     ):
         super().__init__(world, search, config)
         if client is None:
             from gemkit.llm import LLMClient
 
-            client = LLMClient(base_url=base_url, model=model, max_retries=3)
+            client = LLMClient(base_url=base_url, model=model, max_retries=3, timeout=timeout)
         self.client = client
         self.options = options
         self.temperature = temperature
