@@ -158,11 +158,14 @@ def test_synth_tasks_llm_against_recorded_replies_ends_and_logs_its_progress(tmp
         code = cli(["synth", "tasks", "--llm", srv.base_url, "--model", "qwen", "-n", "1",
                     "--k", "0", "--max-level", "1", "--no-export", "--out", str(tmp_path)])  # fmt: skip
         requests = len(srv.answered)
+        shapes = [len(r.body["messages"]) for r in srv.answered]
     assert code == 0
     rejected = [json.loads(x) for x in (tmp_path / "rejected.jsonl").read_text().splitlines()]
     assert len(rejected) == 3, "at most 3N task ids"
     assert requests <= 3 * 4, "each conversation ends within 1 + max_repairs replies"
+    assert set(shapes) <= {2, 4}, "a request holds the first ask and the last exchange only"
     ended = [r["reason"] for r in rejected]
-    assert any(x.endswith("a program it had already sent, again") for x in ended)
+    endings = ("a program it had already sent, again", "no level-1 program verified in 3 repairs")
+    assert all(x.endswith(endings) for x in ended), ended
     log = (tmp_path / "progress.log").read_text().splitlines()
     assert len(log) >= requests and any("the program cannot run" in x for x in log)
