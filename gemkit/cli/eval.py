@@ -227,6 +227,8 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 
         def on_episode(env_id: str, k: int, ep: Any) -> None:
             task = tasks[env_id]
+            if ep.context_overflow:
+                console.print(f"[yellow]{env_id} episode {k}: {ep.context_overflow}[/yellow]")
             if ep.error:
                 console.print(f"[yellow]{env_id} episode {k}: {ep.error}[/yellow]")
                 return
@@ -279,6 +281,19 @@ def run(args: argparse.Namespace) -> int:
             console.print(
                 f"[yellow]{env_id}: {s['summaries_truncated']} summaries were cut at "
                 "--max-summary-tokens[/yellow]"
+            )
+        if s.get("replies_cut"):
+            console.print(
+                f"[yellow]{env_id}: {s['replies_cut']} model replies were cut at their token "
+                "limit (--max-tokens, or the model's context window) and graded as cut; each "
+                "is marked finish_reason 'length' in episodes.jsonl[/yellow]"
+            )
+        if s.get("context_overflows"):
+            console.print(
+                f"[yellow]{env_id}: {s['context_overflows']} episodes ended when their chat "
+                "outgrew the model's context window (the server refused the next request; see "
+                "context_overflow in episodes.jsonl): use a --context strategy with "
+                "--max-context at the server's window[/yellow]"
             )
     missing = sum(s.get("missing", 0) for s in summary.values())
     if missing:
