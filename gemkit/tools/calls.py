@@ -19,7 +19,8 @@ attempt. A *call attempt* is, outside `<think>...</think>` reasoning:
 - `mistral`: `[TOOL_CALLS]` followed by a JSON list of calls or `NAME[ARGS]{...}`.
 - `pythonic`: a reply that is only `search(query="x")` or `[a(x=1), b(y=2)]` (Llama 3.2/4).
 - `fence` (off by default: code tasks answer in fenced blocks): a ```python block, run by
-  the `python` tool.
+  the `python` tool. `ToolEnvWrapper` turns it on for a reply that holds no final answer
+  (`run_fenced_code`), outside envs whose answers are code.
 
 Nothing here raises on model output: every problem becomes a `MalformedCall` whose message says
 what was wrong and shows the expected format.
