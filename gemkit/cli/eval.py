@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gemkit.cli.arguments import add_timeout_option, positive
-from gemkit.cli.console import console
+from gemkit.cli.console import console, heartbeat
 
 #: the reply bound `--max-tokens` defaults to (gemkit.llm.client.DEFAULT_MAX_TOKENS)
 MAX_TOKENS = 2048
@@ -210,7 +210,15 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         TextColumn("{task.fields[wins]} solved"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console) as progress:
+
+    def describe() -> str:
+        done = sum(int(t.completed) for t in progress.tasks)
+        wins = sum(t.fields.get("wins", 0) for t in progress.tasks)
+        total = args.episodes * len(args.env_ids)
+        return f"eval: {done}/{total} episodes saved, {wins} solved"
+
+    progress = Progress(*columns, console=console)
+    with progress, heartbeat(describe):
         tasks: dict[str, Any] = {}
 
         def on_start(done: Mapping[str, dict[str, Any]]) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from gemkit.cli.arguments import add_timeout_option
 from gemkit.cli.arguments import count as _count
 from gemkit.cli.arguments import positive as _positive
-from gemkit.cli.console import console
+from gemkit.cli.console import console, heartbeat
 from gemkit.cli.synth_tasks import add_tasks_parser
 from gemkit.errors import GemkitError
 
@@ -94,10 +94,20 @@ def run_qa(args: argparse.Namespace) -> int:
                        timeout=args.timeout)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rejected]} rejected"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
+    seen: dict[str, Any] = {}
+
+    def describe() -> str:
+        stats = seen.get("stats")
+        if stats is None:
+            return "synth qa: preparing the world and its search index"
+        return (f"synth qa: {stats.kept}/{args.n} kept, {sum(stats.rejected.values())} rejected "
+                f"after {stats.items} work items (a work item asks the model many times)")
+
+    with Progress(*columns, console=console, transient=True) as progress, heartbeat(describe):
         task = progress.add_task("synth qa", total=args.n, rejected=0)
 
         def on_item(outcome: dict[str, Any], stats: Any) -> None:
+            seen["stats"] = stats
             progress.update(task, completed=min(stats.kept, args.n),
                             rejected=sum(stats.rejected.values()))
 

@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from gemkit.cli.arguments import add_timeout_option, positive
-from gemkit.cli.console import console
+from gemkit.cli.console import console, heartbeat
 
 #: the reply bound of each program (gemkit.synth.tasks.run.RunConfig.max_tokens); the real
 #: Qwen2.5-Coder-0.5B's programs took 300-850 tokens
@@ -83,19 +83,31 @@ def run_tasks(args: argparse.Namespace) -> int:
         timeout=args.timeout,
     )
     rejected = 0
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[note]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as bar:
+    counts = {"kept": 0}
+
+    def describe() -> str:
+        return (
+            f"synth tasks: {counts['kept']}/{config.n} kept, {rejected} rejected "
+            f"(each model reply is in {config.out / 'progress.log'})"
+        )
+
+    with (
+        heartbeat(describe),
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[note]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as bar,
+    ):
         job = bar.add_task(f"{config.category} tasks", total=config.n, note="")
 
         def progress(outcome: object, kept: int, n: int) -> None:
             nonlocal rejected
+            counts["kept"] = kept
             if outcome is not None and getattr(outcome, "record", None) is None:
                 rejected += 1
             bar.update(job, completed=min(kept, n), note=f"rejected {rejected}")
