@@ -107,6 +107,18 @@ class Episode:
         return sum(t.finish_reason == "length" for t in self.turns)
 
     @property
+    def replies_cut_at_window(self) -> int:
+        """Replies cut before their `max_tokens` (the policy's): at the end of the model's
+        context window, which the chat had nearly filled."""
+        limit = (self.policy or {}).get("max_tokens")
+        if not isinstance(limit, int):
+            return 0
+        return sum(
+            t.finish_reason == "length" and 0 < t.usage.get("completion_tokens", limit) < limit
+            for t in self.turns
+        )
+
+    @property
     def summaries_truncated(self) -> int:
         """Context summaries cut at their token budget."""
         edits = [e for t in self.turns for e in t.info.get("context_edits") or ()]
@@ -385,8 +397,9 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
     `mean_tokens` counts every model call (the policy's and context summaries');
     `mean_summary_tokens` is the summaries' share. `context_warnings` counts episodes in
     which a context strategy left the chat over its budget, `context_overflows` episodes
-    that ended when the model server refused a chat over its window, and `replies_cut`
-    model replies cut at their token limit.
+    that ended when the model server refused a chat over its window, `replies_cut` model
+    replies cut at their token limit, and `replies_cut_at_window` those of them cut before
+    their `max_tokens`, at the end of the model's window.
     """
     n = len(episodes)
     keys = (
@@ -404,6 +417,7 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
             "summaries_truncated": 0,
             "context_overflows": 0,
             "replies_cut": 0,
+            "replies_cut_at_window": 0,
         }
         return {"episodes": 0, **dict.fromkeys(keys, 0.0), **zeros}
     summary_tokens = [e.token_sources["summary"] for e in episodes]
@@ -423,6 +437,7 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
         "summaries_truncated": sum(e.summaries_truncated for e in episodes),
         "context_overflows": sum(e.context_overflow is not None for e in episodes),
         "replies_cut": sum(e.replies_cut for e in episodes),
+        "replies_cut_at_window": sum(e.replies_cut_at_window for e in episodes),
     }
 
 

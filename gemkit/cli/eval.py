@@ -291,10 +291,15 @@ def run(args: argparse.Namespace) -> int:
                 "--max-summary-tokens[/yellow]"
             )
         if s.get("replies_cut"):
+            window = s.get("replies_cut_at_window", 0)
+            where = (
+                f" ({window} of them at the end of the model's context window)" if window else ""
+            )
             console.print(
                 f"[yellow]{env_id}: {s['replies_cut']} model replies were cut at their token "
-                "limit (--max-tokens, or the model's context window) and graded as cut; each "
-                "is marked finish_reason 'length' in episodes.jsonl[/yellow]"
+                f"limit{where} and graded as cut; each is marked finish_reason 'length' in "
+                "episodes.jsonl: raise --max-tokens, or keep the chat shorter with "
+                "--context[/yellow]"
             )
         if s.get("context_overflows"):
             console.print(

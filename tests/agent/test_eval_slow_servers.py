@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from gemkit.cli import main as cli
-from gemkit.testing import Fault, ScriptedOpenAIServer
+from gemkit.testing import Fault, Reply, ScriptedOpenAIServer
 
 ENV = "game:GuessTheNumber-v0-easy"
 REAL = Path(__file__).parents[1] / "data" / "real-model"
@@ -109,3 +109,29 @@ def test_a_bad_timeout_is_a_usage_error(tmp_path, capsys):
             cli(["eval", ENV, "--model", "m", "--out", str(tmp_path), "--timeout", bad])
         assert e.value.code == 2
         assert "--timeout: expected a number of seconds" in capsys.readouterr().err
+
+
+def recorded(kind: str, probe: str) -> dict:
+    for line in (REAL / f"{kind}-probes.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row["probe"] == probe:
+            return row
+    raise AssertionError(f"no {probe} probe of {kind}")
+
+
+def test_a_reply_cut_at_the_end_of_the_window_is_told_apart_from_one_cut_at_max_tokens(
+    tmp_path, capsys
+):
+    # llama.cpp's answer when a chat nearly filled a 4,096-token slot: `length` after 26 of
+    # the 200 tokens asked (vLLM shortens max_tokens instead)
+    answer = recorded("llama-cpp", "cut_at_window")["response"]
+    choice = answer["choices"][0]
+    assert choice["finish_reason"] == "length" and answer["usage"]["total_tokens"] == 4096
+    reply = Reply(choice["message"]["content"], finish_reason="length", usage=answer["usage"])
+    with ScriptedOpenAIServer([reply, "10"] * 20) as srv:
+        assert cli(eval_args(srv, tmp_path, "-n", "1", "--max-tokens", "200")) == 0
+    (episode,) = lines(tmp_path / "episodes.jsonl")
+    assert episode["turns"][0]["finish_reason"] == "length"
+    summary = json.loads((tmp_path / "summary.json").read_text())[ENV]
+    assert summary["replies_cut"] == summary["replies_cut_at_window"] >= 1
+    assert "of them at the end of the model's context window" in capsys.readouterr().out

@@ -9,10 +9,13 @@ other recordings (`{t, dt, path, status, request, response}`, plus `probe`, what
 - `tokenize_text`, `tokenize_chat`: the server's own tokenizer (vLLM: `POST /tokenize` with
   `prompt` or `messages`; llama.cpp: `POST /apply-template`, then `POST /tokenize`);
 - `over_window`: a chat longer than the model's context window (refused, HTTP 400);
-- `cut_at_max_tokens`: a reply cut at `max_tokens` (`finish_reason: length`).
+- `cut_at_max_tokens`: a reply cut at `max_tokens` (`finish_reason: length`);
+- `cut_at_window` (llama.cpp): a prompt near the end of a slot's 4,096 tokens, a reply that
+  runs into it (vLLM shortens `max_tokens` to the room left instead).
 
-Each probe asks for a few tokens at most, so the whole run takes a minute on 2 CPU cores
-(the over-window prompt is refused before it is computed).
+Each probe asks for a few tokens at most, so the run takes a minute on 2 CPU cores (the
+over-window prompt is refused before it is computed), `cut_at_window` aside: its prompt
+takes llama.cpp a minute or two to read.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ CHAT = [
     {"role": "user", "content": "What is 17 * 23? Put your final answer inside \\boxed{}."},
 ]
 LONG = [{"role": "user", "content": "hello " * 4200}]  # > 4,096 tokens: vLLM's and a slot's window
+#: 4,060 tokens rendered: 36 left in a 4,096-token slot
+NEAR = [{"role": "user", "content": "hello " * 4030 + "\nCount from 1 to 100."}]
 
 
 def post(root: str, path: str, body: dict) -> tuple[int, object, float]:
@@ -72,6 +77,9 @@ def main(kind: str, root: str, model: str) -> None:
     )
     probe("cut_at_max_tokens", "/v1/chat/completions",
           {"model": model, "messages": CHAT, "max_tokens": 8, "temperature": 0})  # fmt: skip
+    if kind != "vllm":
+        probe("cut_at_window", "/v1/chat/completions",
+              {"model": model, "messages": NEAR, "max_tokens": 200, "temperature": 0})  # fmt: skip
     out.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     print(f"{len(rows)} exchanges in {out}")  # noqa: T201 - a script's report
 
