@@ -16,6 +16,8 @@ from gemkit.cli.console import console, heartbeat
 
 #: the reply bound `--max-tokens` defaults to (gemkit.llm.client.DEFAULT_MAX_TOKENS)
 MAX_TOKENS = 2048
+#: the window a --context strategy keeps to when neither --max-context nor the server says
+MAX_CONTEXT = 32_000
 
 CONTEXTS = ("none", "discard-all", "discard-75", "summary", "thinking")
 TOOL_FORMATS = ("text", "native")
@@ -33,7 +35,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="episode k uses seed SEED+k")
     p.add_argument("--concurrency", type=positive, default=16, help="episodes in flight at once")
     p.add_argument("--context", choices=CONTEXTS, default="none", help="context strategy")
-    p.add_argument("--max-context", type=positive, default=32_000, help="context window in tokens")
+    p.add_argument(
+        "--max-context",
+        type=positive,
+        default=None,
+        help="context window in tokens a --context strategy keeps the chat within (default: "
+        f"the server's window when it says, else {MAX_CONTEXT:,})",
+    )
+    p.add_argument(
+        "--token-counter",
+        choices=("server", "heuristic"),
+        default="server",
+        help="how a --context strategy counts tokens: server (default), the model server's "
+        "own tokenizer and chat template (vLLM's and llama.cpp's /tokenize), falling back to "
+        "the heuristic where it has none; heuristic, an estimate off by up to 60%% on JSON",
+    )
     p.add_argument("--tools", default="", help="comma-separated tool names, e.g. python,search")
     p.add_argument(
         "--tool-format",
@@ -64,7 +80,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _wrappers(args: argparse.Namespace, client: Any) -> list:
+def _wrappers(args: argparse.Namespace, client: Any, counter: Any = None) -> list:
     from gemkit.wrappers import (
         ChatHistory,
         DiscardAllContext,
@@ -79,10 +95,16 @@ def _wrappers(args: argparse.Namespace, client: Any) -> list:
     m = args.max_context
     extra = {
         "none": None,
-        "discard-all": lambda env: DiscardAllContext(env, max_context=m),
-        "discard-75": lambda env: DiscardContext(env, max_context=m, fraction=0.75),
+        "discard-all": lambda env: DiscardAllContext(env, max_context=m, counter=counter),
+        "discard-75": lambda env: DiscardContext(
+            env, max_context=m, fraction=0.75, counter=counter
+        ),
         "summary": lambda env: SummaryContext(
-            env, summarizer=client, max_context=m, max_summary_tokens=args.max_summary_tokens
+            env,
+            summarizer=client,
+            max_context=m,
+            max_summary_tokens=args.max_summary_tokens,
+            counter=counter,
         ),
         "thinking": lambda env: ThinkingRetention(env),
     }[args.context]
@@ -143,6 +165,22 @@ def settings_of(args: argparse.Namespace, model: str | None) -> dict[str, Any]:
     }
 
 
+def _context_counter(args: argparse.Namespace, client: Any) -> Any:
+    """The token counter of the --context strategy (None: the heuristic, or no budget), and
+    `args.max_context` settled: the flag, else the server's window, else `MAX_CONTEXT`."""
+    counter = None
+    if client is not None and args.context in ("discard-all", "discard-75", "summary"):
+        if args.token_counter == "server":
+            from gemkit.llm.token_counters import ServerTokenCounter
+
+            counter = ServerTokenCounter(client.base_url, client.model, api_key=client.api_key)
+            if not counter.exact:
+                console.print(f"[yellow]--context token counts: {counter.source}[/yellow]")
+    if args.max_context is None:
+        args.max_context = (counter.window if counter is not None else None) or MAX_CONTEXT
+    return counter
+
+
 def _without_credentials(url: str) -> str:
     """An endpoint's address as the manifest records it: no user:password@, query or fragment."""
     from urllib.parse import urlsplit, urlunsplit
@@ -172,6 +210,7 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
             timeout=args.timeout,
             **{k: v for k, v in sampling.items() if v is not None},
         )
+    counter = _context_counter(args, client)
     settings = settings_of(args, client.model if client is not None else None)
 
     def policy_factory(env_id: str, seed: int):
@@ -200,7 +239,7 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     def make_kwargs(env_id: str) -> dict[str, Any]:
         kw: dict[str, Any] = {"tools": tools} if tools else {}
         if client is not None:
-            kw["wrappers"] = _wrappers(args, client)
+            kw["wrappers"] = _wrappers(args, client, counter)
         return kw
 
     columns = (
@@ -260,6 +299,7 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 info={
                     "base_url": _without_credentials(client.base_url) if client else None,
                     "timeout": client.timeout if client else None,
+                    "token_counter": counter.source if counter is not None else None,
                 },
             )
         finally:

@@ -13,6 +13,7 @@ from gemkit.llm.sampled import SampledTokens as SampledTokens
 from gemkit.llm.sampled import SampledTokensError as SampledTokensError
 from gemkit.llm.token_counters import HeuristicTokenCounter as HeuristicTokenCounter
 from gemkit.llm.token_counters import HFTokenCounter as HFTokenCounter
+from gemkit.llm.token_counters import ServerTokenCounter as ServerTokenCounter
 from gemkit.llm.token_counters import TokenCounter as TokenCounter
 from gemkit.llm.token_counters import as_counter as as_counter
 from gemkit.llm.token_policy import TokenBatcher as TokenBatcher

@@ -135,3 +135,27 @@ def test_a_reply_cut_at_the_end_of_the_window_is_told_apart_from_one_cut_at_max_
     summary = json.loads((tmp_path / "summary.json").read_text())[ENV]
     assert summary["replies_cut"] == summary["replies_cut_at_window"] >= 1
     assert "of them at the end of the model's context window" in capsys.readouterr().out
+
+
+def test_a_context_strategy_counts_with_the_servers_tokenizer_within_its_window(tmp_path, capsys):
+    # a server with vLLM's /tokenize (tests/data/real-model/vllm-probes.jsonl: count and
+    # max_model_len): --max-context defaults to its window, the budget counts its tokens
+    with ScriptedOpenAIServer(lambda body: "10", window=5000) as srv:
+        assert cli(eval_args(srv, tmp_path, "-n", "1", "--context", "discard-75")) == 0
+        paths = [r.path for r in srv.requests]
+    manifest = json.loads((tmp_path / "run.json").read_text())
+    assert manifest["settings"]["max_context"] == 5000
+    assert manifest["info"]["token_counter"] == f"vllm /tokenize at {srv.base_url[:-3]}"
+    assert paths.count("/tokenize") >= 2, "the detection, then the chat of every step"
+    assert "--context token counts" not in capsys.readouterr().out
+
+
+def test_without_a_server_tokenizer_the_heuristic_is_used_and_said(tmp_path, capsys):
+    with ScriptedOpenAIServer(lambda body: "10") as srv:
+        args = eval_args(srv, tmp_path, "-n", "1", "--context", "discard-75")
+        assert cli(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--context token counts: the heuristic estimate (" in out and "has no /tokenize" in out
+    manifest = json.loads((tmp_path / "run.json").read_text())
+    assert manifest["settings"]["max_context"] == 32_000
+    assert manifest["info"]["token_counter"].startswith("the heuristic estimate")
