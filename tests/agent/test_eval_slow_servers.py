@@ -91,6 +91,12 @@ def test_eval_timeout_is_not_re_sent_and_the_error_names_the_flag(tmp_path, caps
     assert "--timeout SECONDS or GEMKIT_TIMEOUT=SECONDS" in failed["error"]
     manifest = json.loads((tmp_path / "run.json").read_text())
     assert manifest["info"]["timeout"] == 0.3
+    # the resume that plays it again, on a server now quick enough: the error is gone
+    with ScriptedOpenAIServer(lambda body: "10") as srv:
+        assert cli(eval_args(srv, tmp_path, "-n", "1", "--timeout", "30", "--resume")) == 0
+    assert not (tmp_path / "errors.jsonl").exists()
+    assert json.loads((tmp_path / "summary.json").read_text())[ENV]["errors"] == 0
+    assert "ended in an error" not in capsys.readouterr().out.split("results in")[-1]
 
 
 def test_eval_reads_the_timeout_from_the_environment(tmp_path, monkeypatch):
