@@ -14,6 +14,9 @@ naming probes records those again and keeps the others' lines:
   `prompt` or `messages`; llama.cpp: `POST /apply-template`, then `POST /tokenize`);
 - `tokenize_tool_chat`: the same for the first chat of a recorded toolworld episode
   (`eval-e4_trip.jsonl`: tool schemas as JSON, which the heuristic counter overcounts);
+- `raw_arguments`, `unparsed_arguments`: a chat whose assistant message holds a malformed
+  call, its arguments the model's text as is (llama.cpp: HTTP 500), or as gemkit's history
+  records them, `{"unparsed": <text>}` (rendered by both);
 - `over_window`: a chat longer than the model's context window (refused, HTTP 400);
 - `cut_at_max_tokens`: a reply cut at `max_tokens` (`finish_reason: length`);
 - `cut_at_window` (llama.cpp): a prompt near the end of a slot's 4,096 tokens, a reply that
@@ -41,6 +44,18 @@ CHAT = [
 LONG = [{"role": "user", "content": "hello " * 4200}]  # > 4,096 tokens: vLLM's and a slot's window
 #: 4,070 tokens rendered: 26 left in a 4,096-token slot
 NEAR = [{"role": "user", "content": "hello " * 4030 + "\nCount from 1 to 100."}]
+
+
+def malformed_call_chat(arguments: str) -> list[dict]:
+    """A chat after a malformed call, with `arguments` in the call's place."""
+    call = {"id": "call_0", "type": "function",
+            "function": {"name": "python", "arguments": arguments}}  # fmt: skip
+    return [
+        {"role": "user", "content": "What is 17 * 23?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_0", "name": "python",
+         "content": "Error: malformed JSON in <tool_call> at line 1, column 20"},
+    ]  # fmt: skip
 
 
 def tool_chat() -> list[dict]:
@@ -98,6 +113,18 @@ def main(kind: str, root: str, model: str, *only: str) -> None:
         chat_count("tokenize_chat", CHAT)
     if wanted("tokenize_tool_chat"):
         chat_count("tokenize_tool_chat", tool_chat())
+    wrote = '<tool_call>{"name": "python", "arguments": {"code": print(17*23)}}</tool_call>'
+    for name, arguments in (
+        ("raw_arguments", wrote),
+        ("unparsed_arguments", json.dumps({"unparsed": wrote})),
+    ):
+        if wanted(name):
+            chat = malformed_call_chat(arguments)
+            if kind == "vllm":
+                body = {"model": model, "messages": chat, "add_generation_prompt": True}
+                probe(name, "/tokenize", body)
+            else:
+                probe(name, "/apply-template", {"messages": chat})
     if wanted("over_window"):
         body = {"model": model, "messages": LONG, "max_tokens": 1}
         probe("over_window", "/v1/chat/completions", body)
