@@ -38,6 +38,7 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from gemkit.answers import extract_answer
 from gemkit.tools.base import Tool
 
 FORMATS = ("tag", "hermes", "openai", "json", "llama", "mistral", "pythonic", "fence")
@@ -959,6 +960,17 @@ def _openai_items(tools: dict[str, Tool], tool_calls: list[Any]) -> list[ToolCal
                 continue
         out.append(_check_call(tools, name, arguments, raw=raw, fmt="openai", call_id=call_id))
     return out
+
+
+def is_code_for_python(text: str, tools: Mapping[str, Tool] | Iterable[Tool]) -> bool:
+    """Whether a reply with no call attempt is code meant for the `python` tool: it holds a
+    ```python block and no final answer (`\\boxed{}`, `<answer>`), and a python tool is offered.
+
+    `ToolEnvWrapper` then parses it with the `fence` format (`run_fenced_code`).
+    """
+    if "```py" not in text or "python" not in tool_map(tools):
+        return False
+    return extract_answer(strip_reasoning(text)) is None
 
 
 def parse_action(

@@ -17,7 +17,6 @@ from typing import Any, ClassVar, TypeVar
 
 import gymnasium
 
-from gemkit.answers import extract_answer
 from gemkit.core import ResetResult, StepResult, Wrapper, areset_of, astep_of, clone_of
 from gemkit.errors import GemkitError
 from gemkit.tools.base import Tool, ToolError, ToolResult
@@ -26,8 +25,8 @@ from gemkit.tools.calls import (
     FORMATS,
     MalformedCall,
     ToolCall,
+    is_code_for_python,
     parse_action,
-    strip_reasoning,
     tag_field,
 )
 from gemkit.tools.function import result_to_text, tool
@@ -330,11 +329,11 @@ class ToolEnvWrapper(Wrapper):
 
     def _code_is_a_call(self, text: str) -> bool:
         """Whether a reply without a call is code meant for the python tool, not an answer."""
-        if not self.run_fenced_code or "fence" in self.formats or "python" not in self._by_name:
+        if not self.run_fenced_code or "fence" in self.formats:
             return False
-        if "```py" not in text or getattr(self.env.unwrapped, "answers_in_code", False):
+        if getattr(self.env.unwrapped, "answers_in_code", False):
             return False
-        return extract_answer(strip_reasoning(text)) is None
+        return is_code_for_python(text, self._by_name)
 
     def _counted(self, result: StepResult) -> StepResult:
         obs, reward, terminated, truncated, info = result
