@@ -416,9 +416,9 @@ def synthesize_with_llm(
             base_url=config.llm,
             model=config.model,
             seed=int(rng.integers(2**31)),
-            timeout=getattr(config, "timeout", None),
+            timeout=config.timeout,
         )
-        max_tokens = int(getattr(config, "max_tokens", 1536))
+        max_tokens = config.max_tokens
         sandbox = make_sandbox()
         start = [
             {
