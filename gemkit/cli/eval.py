@@ -299,7 +299,7 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 info={
                     "base_url": _without_credentials(client.base_url) if client else None,
                     "timeout": client.timeout if client else None,
-                    "token_counter": counter.source if counter is not None else None,
+                    "token_counter": counter.kind if counter is not None else None,
                 },
             )
         finally:

@@ -131,6 +131,10 @@ class ServerTokenCounter:
     ):
         root = base_url.rstrip("/")
         self.root = root[: -len("/v1")] if root.endswith("/v1") else root
+        # how messages name the server: never with the user:password@ a URL may carry
+        scheme, _, rest = self.root.partition("://")
+        host, sep, path = rest.partition("/")
+        self._shown = f"{scheme}://{host.rpartition('@')[2]}{sep}{path}"
         self.model = model
         self.api_key = api_key
         self.timeout = timeout
@@ -154,7 +158,7 @@ class ServerTokenCounter:
         self._detect()
         if self.kind == "heuristic":
             return f"the heuristic estimate ({self.fallback_reason})"
-        return f"{self.kind} /tokenize at {self.root}"
+        return f"{self.kind} /tokenize at {self._shown}"
 
     def count(self, text: str) -> int:
         """Tokens in `text` by the server's tokenizer (no special tokens added)."""
@@ -202,7 +206,9 @@ class ServerTokenCounter:
                     "/tokenize", {"model": self.model, "prompt": "a", "content": "a"}
                 )
             except (OSError, ValueError) as e:
-                self._give_up(f"{self.root} has no /tokenize: {type(e).__name__}: {e}", locked=True)
+                self._give_up(
+                    f"{self._shown} has no /tokenize: {type(e).__name__}: {e}", locked=True
+                )
                 return
             if isinstance(answer.get("count"), int):
                 self.kind = "vllm"

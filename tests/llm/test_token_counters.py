@@ -181,3 +181,9 @@ def test_a_server_without_tokenize_gets_the_heuristic_and_says_so(caplog):
     )
     warnings = [r for r in caplog.records if "heuristic estimate instead" in r.getMessage()]
     assert len(warnings) == 1, "said once, not at every count"
+
+
+def test_the_counter_never_names_the_credentials_of_its_url():
+    counter = ServerTokenCounter("http://user:secret@127.0.0.1:9/v1", "m", timeout=5)
+    assert not counter.exact  # nothing listens on port 9
+    assert "secret" not in counter.source and "127.0.0.1:9 has no /tokenize" in counter.source
