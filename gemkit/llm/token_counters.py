@@ -7,7 +7,6 @@ import json
 import logging
 import re
 import threading
-import urllib.request
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -253,10 +252,10 @@ class ServerTokenCounter:
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         data = json.dumps({k: v for k, v in body.items() if v is not None}).encode()
-        return self._open(urllib.request.Request(self.root + path, data, self._headers()))
+        return self._open(path, data)
 
     def _get(self, path: str) -> dict[str, Any]:
-        return self._open(urllib.request.Request(self.root + path, headers=self._headers()))
+        return self._open(path, None)
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -264,8 +263,11 @@ class ServerTokenCounter:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def _open(self, request: urllib.request.Request) -> dict[str, Any]:
-        with urllib.request.urlopen(request, timeout=self.timeout) as r:  # noqa: S310 - our URL
+    def _open(self, path: str, data: bytes | None) -> dict[str, Any]:
+        import urllib.request  # here: counters are imported with every context wrapper
+
+        request = urllib.request.Request(self.root + path, data, self._headers())
+        with urllib.request.urlopen(request, timeout=self.timeout) as r:
             answer = json.loads(r.read())
         if not isinstance(answer, dict):
             raise ValueError(f"not a JSON object: {str(answer)[:80]}")
