@@ -56,6 +56,9 @@ class Env(gymnasium.Env[str, str]):
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
     observation_space = TextSpace(1_000_000)
     action_space = TextSpace(4_096)
+    #: whether the env's final answer is a fenced code block (a code task): a tool wrapper then
+    #: never runs a ```python block of an answer as a call of its python tool
+    answers_in_code: bool = False
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None

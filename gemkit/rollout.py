@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +27,9 @@ class Turn:
     this turn when the policy reports them (`prompt_tokens`, `completion_tokens`).
     `tokens` holds the token ids the model was fed and sampled, their log-probs and policy
     version, when the policy reports them (`TokenPolicy`; see `gemkit.trajectory`).
+    `finish_reason` is why the model's reply ended, when the policy reports it: `stop`,
+    `tool_calls`, or `length` for a reply cut at its token limit (`max_tokens`, or the end of
+    the model's context window) and graded as it was cut.
     """
 
     observation: Any
@@ -36,17 +40,24 @@ class Turn:
     info: dict[str, Any] = field(default_factory=dict)
     usage: dict[str, int] = field(default_factory=dict)
     tokens: TurnTokens | None = None
+    finish_reason: str | None = None
 
 
 @dataclass
 class Episode:
-    """A whole episode of one env id and seed (`policy`: who played it, when known)."""
+    """A whole episode of one env id and seed (`policy`: who played it, when known).
+
+    `context_overflow` holds the model server's refusal when the episode ended because its
+    chat no longer fit the model's context window (`gemkit.llm.client.ContextWindowError`):
+    an outcome of the episode, not an error of the run (playing it again would end there too).
+    """
 
     env_id: str
     seed: int | None
     turns: list[Turn] = field(default_factory=list)
     error: str | None = None
     policy: dict[str, Any] | None = None
+    context_overflow: str | None = None
 
     @property
     def total_reward(self) -> float:
@@ -91,6 +102,23 @@ class Episode:
         return sum(bool(t.info.get("context_warnings")) for t in self.turns)
 
     @property
+    def replies_cut(self) -> int:
+        """Model replies cut at their token limit (`finish_reason` `length`)."""
+        return sum(t.finish_reason == "length" for t in self.turns)
+
+    @property
+    def replies_cut_at_window(self) -> int:
+        """Replies cut before their `max_tokens` (the policy's): at the end of the model's
+        context window, which the chat had nearly filled."""
+        limit = (self.policy or {}).get("max_tokens")
+        if not isinstance(limit, int):
+            return 0
+        return sum(
+            t.finish_reason == "length" and 0 < t.usage.get("completion_tokens", limit) < limit
+            for t in self.turns
+        )
+
+    @property
     def summaries_truncated(self) -> int:
         """Context summaries cut at their token budget."""
         edits = [e for t in self.turns for e in t.info.get("context_edits") or ()]
@@ -126,10 +154,12 @@ class Episode:
                     "info": t.info,
                     "usage": t.usage,
                     "tokens": asdict(t.tokens) if t.tokens is not None else None,
+                    "finish_reason": t.finish_reason,
                 }
                 for t in self.turns
             ],
             error=self.error,
+            context_overflow=self.context_overflow,
             total_reward=self.total_reward,
             success=self.success,
             num_turns=self.num_turns,
@@ -155,11 +185,12 @@ class Episode:
                 t.info if t.info is not None else {},
                 t.usage.model_dump(exclude_none=True),
                 TurnTokens(**t.tokens.model_dump()) if t.tokens is not None else None,
+                t.finish_reason,
             )
             for t in record.turns
         ]
         policy = record.policy.model_dump() if record.policy is not None else None
-        return cls(record.env_id, record.seed, turns, record.error, policy)
+        return cls(record.env_id, record.seed, turns, record.error, policy, record.context_overflow)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Episode:
@@ -181,6 +212,20 @@ def _token_totals(usages: Iterable[dict[str, int]]) -> dict[str, int]:
     return totals
 
 
+def _finish_of(policy: Any) -> str | None:
+    """Why the policy's last reply ended (`last_finish_reason`, or its response's), if known."""
+    reason = getattr(policy, "last_finish_reason", None)
+    if reason is None:
+        reason = getattr(getattr(policy, "last_response", None), "finish_reason", None)
+    return reason if isinstance(reason, str) else None
+
+
+def _over_window(e: Exception) -> bool:
+    # the client module is loaded whenever one of its errors exists: no import here
+    client = sys.modules.get("gemkit.llm.client")
+    return client is not None and isinstance(e, client.ContextWindowError)
+
+
 def _usage_of(policy: Any) -> dict[str, int]:
     response = getattr(policy, "last_response", None)
     usage = getattr(response, "usage", None)
@@ -197,7 +242,9 @@ async def run_episode(
 ) -> Episode:
     """Play one episode of `env` with `policy`; an env or policy error ends it, recorded.
 
-    A policy with an `on_reset(info)` method gets the reset's info before its first action.
+    A model server refusing a request whose chat outgrew the model's context window ends the
+    episode as an outcome (`context_overflow`), not an error. A policy with an
+    `on_reset(info)` method gets the reset's info before its first action.
     """
     episode = Episode(env_id=env_id, seed=seed)
     try:
@@ -211,14 +258,20 @@ async def run_episode(
             # read now: a summary by the same policy during the step replaces last_response
             usage = _usage_of(policy)
             tokens = getattr(policy, "last_tokens", None)
+            finish = _finish_of(policy)
             next_obs, reward, terminated, truncated, info = await astep_of(env, action)
-            turn = Turn(obs, action, float(reward), terminated, truncated, info, usage, tokens)
+            turn = Turn(
+                obs, action, float(reward), terminated, truncated, info, usage, tokens, finish
+            )
             episode.turns.append(turn)
             obs = next_obs
             if terminated or truncated:
                 break
     except Exception as e:  # noqa: BLE001 - one failing episode must not sink the run
-        episode.error = f"{type(e).__name__}: {e}"
+        if _over_window(e):
+            episode.context_overflow = str(e)
+        else:
+            episode.error = f"{type(e).__name__}: {e}"
     return episode
 
 
@@ -343,7 +396,10 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
 
     `mean_tokens` counts every model call (the policy's and context summaries');
     `mean_summary_tokens` is the summaries' share. `context_warnings` counts episodes in
-    which a context strategy left the chat over its budget. `native_tool_calls` and
+    which a context strategy left the chat over its budget, `context_overflows` episodes
+    that ended when the model server refused a chat over its window, `replies_cut` model
+    replies cut at their token limit, and `replies_cut_at_window` those of them cut before
+    their `max_tokens`, at the end of the model's window. `native_tool_calls` and
     `text_tool_calls` count the calls that came as the server's `tool_calls` and those read
     from the reply's text (a model that wrote its calls as JSON in the content).
     """
@@ -363,6 +419,9 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
             "summaries_truncated": 0,
             "native_tool_calls": 0,
             "text_tool_calls": 0,
+            "context_overflows": 0,
+            "replies_cut": 0,
+            "replies_cut_at_window": 0,
         }
         return {"episodes": 0, **dict.fromkeys(keys, 0.0), **zeros}
     summary_tokens = [e.token_sources["summary"] for e in episodes]
@@ -389,6 +448,9 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, float]:
         "summaries_truncated": sum(e.summaries_truncated for e in episodes),
         "native_tool_calls": sum(f == "openai" for f in formats),
         "text_tool_calls": sum(f != "openai" for f in formats),
+        "context_overflows": sum(e.context_overflow is not None for e in episodes),
+        "replies_cut": sum(e.replies_cut for e in episodes),
+        "replies_cut_at_window": sum(e.replies_cut_at_window for e in episodes),
     }
 
 

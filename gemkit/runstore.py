@@ -24,7 +24,9 @@ and these rules, the same for every command:
   name, synced and renamed; a failed write removes its temporary, and a run removes those a
   killed run left behind.
 - **Infrastructure failures are not results**: `fail` writes them to their own file, they are
-  retried on resume, and `max_failures` of them in a row stop the run (`RunStopped`).
+  retried on resume, and `max_failures` of them in a row stop the run (`RunStopped`). When a
+  run ends, the failures a later try settled (a resume that made the record) leave that file,
+  which then holds only what is still to do (and is removed once nothing is).
 - **File-system failures are one line** (`RunStoreError`): the path and what to do.
 """
 
@@ -616,17 +618,47 @@ class RunStore:
         append_log(self.folder / name, line)
 
     def close(self) -> None:
-        """Close the record files and release the lock (removing the lock file)."""
+        """Close the record files, drop the failures settled since, release the lock."""
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
         if self._lock is not None:
+            self._drop_settled_failures()
             try:
                 os.unlink(self.folder / LOCK)
             except OSError:
                 pass
             os.close(self._lock)
             self._lock = None
+
+    def _drop_settled_failures(self) -> None:
+        # an error a resume fixed is history, not a failure: without this, errors.jsonl kept
+        # every error ever met and a reader took settled episodes for failed ones
+        if self.failures is None or not self._records.get(self.failures):
+            return
+        spec = self.files[self.failures]
+        settled = {
+            f.key(r) for name, f in self.files.items() if f.settles for r in self._records[name]
+        }
+        failed = self._records[self.failures]
+        left = [r for r in failed if spec.key(r) not in settled]
+        if len(left) == len(failed):
+            return
+        try:
+            if left:
+                with self.replacing(self.failures) as tmp:
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                    try:
+                        _write_all(fd, "".join(dumps(r) + "\n" for r in left).encode())
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+            else:
+                os.unlink(self.folder / self.failures)
+                _fsync_dir(self.folder)
+        except (OSError, RunStoreError):
+            return  # best effort: a failure kept is tried again, and readers skip settled keys
+        self._records[self.failures] = left
 
 
 def append_log(path: Path, line: str) -> None:

@@ -79,6 +79,7 @@ class FilterConfig:
     seed: int = 0
     concurrency: int = 8
     limit: int | None = None  # only the first `limit` items
+    timeout: float | None = None  # seconds the model server has per request (LLMClient's)
 
     def __post_init__(self) -> None:
         if self.k < 1:
@@ -95,7 +96,8 @@ class FilterConfig:
     def settings(self) -> dict[str, Any]:
         """What decides the output (a resumed run must share it)."""
         d = asdict(self)
-        for key in ("out", "llm_url", "concurrency", "limit"):  # a larger limit extends a run
+        # a larger limit extends a run; the timeout does not change what a model answers
+        for key in ("out", "llm_url", "concurrency", "limit", "timeout"):
             d.pop(key)
         d["source"] = str(Path(self.source).expanduser().resolve())
         return d
@@ -292,7 +294,9 @@ async def _play_all(
 ) -> int:
     from gemkit.llm import LLMClient, LLMPolicy
 
-    client = LLMClient(base_url=config.llm_url, model=config.model, max_retries=3)
+    client = LLMClient(
+        base_url=config.llm_url, model=config.model, max_retries=3, timeout=config.timeout
+    )
     pools: dict[str, asyncio.Queue[Any]] = {}
     for mode in MODES:
         pools[mode] = asyncio.Queue()

@@ -151,6 +151,8 @@ class CodeEnv(Env):
     feedback and the episode goes on until success or the last attempt.
     """
 
+    answers_in_code = True  # the solution is a ```python block: never a python-tool call
+
     def __init__(
         self,
         path: str | Path | None = None,

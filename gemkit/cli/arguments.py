@@ -30,6 +30,32 @@ def whole(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
 
 
+def seconds(text: str) -> float:
+    """A number of seconds > 0 (`--timeout`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text}")
+    return value
+
+
+#: what `--timeout` says (the names are gemkit.llm.client's ENV_TIMEOUT and DEFAULT_TIMEOUT,
+#: written out so that building the parser imports no HTTP client)
+TIMEOUT_HELP = (
+    "seconds the model server has to answer each request it accepted; a request left "
+    "unanswered fails at once instead of being sent again (default $GEMKIT_TIMEOUT, else 600)"
+)
+
+
+def add_timeout_option(parser: argparse.ArgumentParser) -> None:
+    """The `--timeout` option of every command that talks to a model (read by `LLMClient`)."""
+    parser.add_argument(
+        "--timeout", type=seconds, default=None, metavar="SECONDS", help=TIMEOUT_HELP
+    )
+
+
 def add_token_option(parser: argparse.ArgumentParser) -> None:
     """The `--token` option every `gemkit serve` server takes (read with `resolve_token`)."""
     parser.add_argument(

@@ -11,9 +11,14 @@ from typing import Any
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gemkit.cli.arguments import positive
-from gemkit.cli.console import console
+from gemkit.cli.arguments import add_timeout_option, positive
+from gemkit.cli.console import console, heartbeat
 from gemkit.errors import GemkitError
+
+#: the reply bound `--max-tokens` defaults to (gemkit.llm.client.DEFAULT_MAX_TOKENS)
+MAX_TOKENS = 2048
+#: the window a --context strategy keeps to when neither --max-context nor the server says
+MAX_CONTEXT = 32_000
 
 CONTEXTS = ("none", "discard-all", "discard-75", "summary", "thinking")
 TOOL_FORMATS = ("text", "native")
@@ -31,7 +36,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="episode k uses seed SEED+k")
     p.add_argument("--concurrency", type=positive, default=16, help="episodes in flight at once")
     p.add_argument("--context", choices=CONTEXTS, default="none", help="context strategy")
-    p.add_argument("--max-context", type=positive, default=32_000, help="context window in tokens")
+    p.add_argument(
+        "--max-context",
+        type=positive,
+        default=None,
+        help="context window in tokens a --context strategy keeps the chat within (default: "
+        f"the server's window when it says, else {MAX_CONTEXT:,})",
+    )
+    p.add_argument(
+        "--token-counter",
+        choices=("server", "heuristic"),
+        default="server",
+        help="how a --context strategy counts tokens: server (default), the model server's "
+        "own tokenizer and chat template (vLLM's and llama.cpp's /tokenize), falling back to "
+        "the heuristic where it has none; heuristic, an estimate off by up to 60%% on JSON",
+    )
     p.add_argument("--tools", default="", help="comma-separated tool names, e.g. python,search")
     p.add_argument(
         "--tool-format",
@@ -52,7 +71,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--system-prompt", default=None)
     p.add_argument("--temperature", type=float, default=None)
     p.add_argument(
-        "--max-tokens", type=positive, default=None, help="token budget of each policy reply"
+        "--max-tokens",
+        type=positive,
+        default=MAX_TOKENS,
+        help=f"token budget of each policy reply (default {MAX_TOKENS}); a reply cut there is "
+        "counted and marked with finish_reason 'length'",
     )
     p.add_argument(
         "--max-summary-tokens",
@@ -60,12 +83,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=1024,
         help="token budget of each --context summary, apart from --max-tokens (default 1024)",
     )
+    add_timeout_option(p)
     p.add_argument("--out", type=Path, required=True, help="results folder")
     p.add_argument("--resume", action="store_true", help="continue a run in --out")
     p.set_defaults(func=run)
 
 
-def _wrappers(args: argparse.Namespace, client: Any) -> list:
+def _wrappers(args: argparse.Namespace, client: Any, counter: Any = None) -> list:
     from gemkit.wrappers import (
         ChatHistory,
         DiscardAllContext,
@@ -80,10 +104,16 @@ def _wrappers(args: argparse.Namespace, client: Any) -> list:
     m = args.max_context
     extra = {
         "none": None,
-        "discard-all": lambda env: DiscardAllContext(env, max_context=m),
-        "discard-75": lambda env: DiscardContext(env, max_context=m, fraction=0.75),
+        "discard-all": lambda env: DiscardAllContext(env, max_context=m, counter=counter),
+        "discard-75": lambda env: DiscardContext(
+            env, max_context=m, fraction=0.75, counter=counter
+        ),
         "summary": lambda env: SummaryContext(
-            env, summarizer=client, max_context=m, max_summary_tokens=args.max_summary_tokens
+            env,
+            summarizer=client,
+            max_context=m,
+            max_summary_tokens=args.max_summary_tokens,
+            counter=counter,
         ),
         "thinking": lambda env: ThinkingRetention(env),
     }[args.context]
@@ -152,6 +182,22 @@ def settings_of(args: argparse.Namespace, model: str | None) -> dict[str, Any]:
     }
 
 
+def _context_counter(args: argparse.Namespace, client: Any) -> Any:
+    """The token counter of the --context strategy (None: the heuristic, or no budget), and
+    `args.max_context` settled: the flag, else the server's window, else `MAX_CONTEXT`."""
+    counter = None
+    if client is not None and args.context in ("discard-all", "discard-75", "summary"):
+        if args.token_counter == "server":
+            from gemkit.llm.token_counters import ServerTokenCounter
+
+            counter = ServerTokenCounter(client.base_url, client.model, api_key=client.api_key)
+            if not counter.exact:
+                console.print(f"[yellow]--context token counts: {counter.source}[/yellow]")
+    if args.max_context is None:
+        args.max_context = (counter.window if counter is not None else None) or MAX_CONTEXT
+    return counter
+
+
 def _without_credentials(url: str) -> str:
     """An endpoint's address as the manifest records it: no user:password@, query or fragment."""
     from urllib.parse import urlsplit, urlunsplit
@@ -183,8 +229,10 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
             args.api_key,
             args.model,
             max_concurrency=args.concurrency,
+            timeout=args.timeout,
             **{k: v for k, v in sampling.items() if v is not None},
         )
+    counter = _context_counter(args, client)
     settings = settings_of(args, client.model if client is not None else None)
 
     def policy_factory(env_id: str, seed: int):
@@ -214,7 +262,7 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     def make_kwargs(env_id: str) -> dict[str, Any]:
         kw: dict[str, Any] = {"tools": tools} if tools else {}
         if client is not None:
-            kw["wrappers"] = _wrappers(args, client)
+            kw["wrappers"] = _wrappers(args, client, counter)
         return kw
 
     columns = (
@@ -224,7 +272,15 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
         TextColumn("{task.fields[wins]} solved"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=console) as progress:
+
+    def describe() -> str:
+        done = sum(int(t.completed) for t in progress.tasks)
+        wins = sum(t.fields.get("wins", 0) for t in progress.tasks)
+        total = args.episodes * len(args.env_ids)
+        return f"eval: {done}/{total} episodes saved, {wins} solved"
+
+    progress = Progress(*columns, console=console)
+    with progress, heartbeat(describe):
         tasks: dict[str, Any] = {}
 
         def on_start(done: Mapping[str, dict[str, Any]]) -> None:
@@ -241,6 +297,8 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 
         def on_episode(env_id: str, k: int, ep: Any) -> None:
             task = tasks[env_id]
+            if ep.context_overflow:
+                console.print(f"[yellow]{env_id} episode {k}: {ep.context_overflow}[/yellow]")
             if ep.error:
                 console.print(f"[yellow]{env_id} episode {k}: {ep.error}[/yellow]")
                 return
@@ -261,7 +319,11 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
                 on_start=on_start,
                 policy_info=policy_info,
                 settings=settings,
-                info={"base_url": _without_credentials(client.base_url) if client else None},
+                info={
+                    "base_url": _without_credentials(client.base_url) if client else None,
+                    "timeout": client.timeout if client else None,
+                    "token_counter": counter.kind if counter is not None else None,
+                },
             )
         finally:
             if client is not None:
@@ -297,6 +359,24 @@ def run(args: argparse.Namespace) -> int:
             console.print(
                 f"[yellow]{env_id}: {s['summaries_truncated']} summaries were cut at "
                 "--max-summary-tokens[/yellow]"
+            )
+        if s.get("replies_cut"):
+            window = s.get("replies_cut_at_window", 0)
+            where = (
+                f" ({window} of them at the end of the model's context window)" if window else ""
+            )
+            console.print(
+                f"[yellow]{env_id}: {s['replies_cut']} model replies were cut at their token "
+                f"limit{where} and graded as cut; each is marked finish_reason 'length' in "
+                "episodes.jsonl: raise --max-tokens, or keep the chat shorter with "
+                "--context[/yellow]"
+            )
+        if s.get("context_overflows"):
+            console.print(
+                f"[yellow]{env_id}: {s['context_overflows']} episodes ended when their chat "
+                "outgrew the model's context window (the server refused the next request; see "
+                "context_overflow in episodes.jsonl): use a --context strategy with "
+                "--max-context at the server's window[/yellow]"
             )
     missing = sum(s.get("missing", 0) for s in summary.values())
     if missing:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from gemkit.cli.arguments import count, positive
+from gemkit.cli.arguments import add_timeout_option, count, positive
 from gemkit.cli.console import console
 
 
@@ -47,6 +47,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--temperature", type=float, default=1.0)
     p.add_argument("--max-tokens", type=positive, default=1024)
     p.add_argument("--concurrency", type=positive, default=8, help="attempts played at once")
+    add_timeout_option(p)
     p.add_argument("--limit", type=positive, default=None, help="only the first N items")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         max_accuracy=args.max_accuracy, max_closed_book=args.max_closed_book,
         min_tool_turns=args.min_tool_turns, temperature=args.temperature,
         max_tokens=args.max_tokens, concurrency=args.concurrency, limit=args.limit,
-        seed=args.seed,
+        seed=args.seed, timeout=args.timeout,
     )  # fmt: skip
     summary = run_filter(config)
     table = Table(title=f"difficulty filter: {args.source}")

@@ -11,9 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gemkit.cli.arguments import add_timeout_option
 from gemkit.cli.arguments import count as _count
 from gemkit.cli.arguments import positive as _positive
-from gemkit.cli.console import console
+from gemkit.cli.console import console, heartbeat
 from gemkit.cli.synth_tasks import add_tasks_parser
 from gemkit.errors import GemkitError
 
@@ -37,6 +38,7 @@ def add_qa(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--min-fuzz", type=_count, default=2, help="fuzzes a record needs (default 2)")
     p.add_argument("--llm", metavar="URL", help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
     p.add_argument("--model", help="model name for --llm")
+    add_timeout_option(p)
     p.add_argument("--corpus", help="an outside corpus JSONL ({id, title, text, url}); needs --seeds and --llm")
     p.add_argument("--seeds", help="a JSONL of {question, answer} seed questions; needs --llm")
     p.add_argument("--workers", type=_positive, default=1, help="worker processes (default 1)")
@@ -88,13 +90,24 @@ def run_qa(args: argparse.Namespace) -> int:
         raise GemkitError("--model needs --llm URL (an OpenAI-compatible endpoint)")
     config = RunConfig(n=args.n, world_size=args.world_size, seed=args.seed,
                        min_inject=args.min_inject, min_fuzz=args.min_fuzz, llm_url=args.llm,
-                       model=args.model, corpus=args.corpus, seeds=args.seeds)
+                       model=args.model, corpus=args.corpus, seeds=args.seeds,
+                       timeout=args.timeout)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rejected]} rejected"), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True) as progress:
+    seen: dict[str, Any] = {}
+
+    def describe() -> str:
+        stats = seen.get("stats")
+        if stats is None:
+            return "synth qa: preparing the world and its search index"
+        return (f"synth qa: {stats.kept}/{args.n} kept, {sum(stats.rejected.values())} rejected "
+                f"after {stats.items} work items (a work item asks the model many times)")
+
+    with Progress(*columns, console=console, transient=True) as progress, heartbeat(describe):
         task = progress.add_task("synth qa", total=args.n, rejected=0)
 
         def on_item(outcome: dict[str, Any], stats: Any) -> None:
+            seen["stats"] = stats
             progress.update(task, completed=min(stats.kept, args.n),
                             rejected=sum(stats.rejected.values()))
 

@@ -6,7 +6,12 @@ import argparse
 import logging
 from pathlib import Path
 
-from gemkit.cli.console import console
+from gemkit.cli.arguments import add_timeout_option, positive
+from gemkit.cli.console import console, heartbeat
+
+#: the reply bound of each program (gemkit.synth.tasks.run.RunConfig.max_tokens); the real
+#: Qwen2.5-Coder-0.5B's programs took 300-850 tokens
+MAX_TOKENS = 1536
 
 
 def add_tasks_parser(synth_subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -31,6 +36,14 @@ def add_tasks_parser(synth_subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("--k", type=int, default=4, help="tries of the pass@k filter (0: no filter)")
     p.add_argument("--llm", default=None, metavar="URL", help="OpenAI-compatible endpoint")
     p.add_argument("--model", default=None, help="model name for --llm")
+    p.add_argument(
+        "--max-tokens",
+        type=positive,
+        default=MAX_TOKENS,
+        help=f"longest program reply asked of the model (default {MAX_TOKENS}); a reply cut "
+        "there is answered with a request for a shorter program",
+    )
+    add_timeout_option(p)
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument(
         "--executor",
@@ -66,21 +79,35 @@ def run_tasks(args: argparse.Namespace) -> int:
         export=not args.no_export,
         llm=args.llm,
         model=args.model,
+        max_tokens=args.max_tokens,
+        timeout=args.timeout,
     )
     rejected = 0
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[note]}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as bar:
+    counts = {"kept": 0}
+
+    def describe() -> str:
+        return (
+            f"synth tasks: {counts['kept']}/{config.n} kept, {rejected} rejected "
+            f"(each model reply is in {config.out / 'progress.log'})"
+        )
+
+    with (
+        heartbeat(describe),
+        Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[note]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        ) as bar,
+    ):
         job = bar.add_task(f"{config.category} tasks", total=config.n, note="")
 
         def progress(outcome: object, kept: int, n: int) -> None:
             nonlocal rejected
+            counts["kept"] = kept
             if outcome is not None and getattr(outcome, "record", None) is None:
                 rejected += 1
             bar.update(job, completed=min(kept, n), note=f"rejected {rejected}")
@@ -126,6 +153,7 @@ def demo_tasks(out: Path, n: int = 4) -> int:
     args = _argparse.Namespace(
         category="trip_planning", n=n, min_level=1, max_level=4, out=out, k=2, llm=None,
         model=None, workers=1, seed=0, no_export=True, executor="process", ray_address=None,
+        max_tokens=MAX_TOKENS, timeout=None,
     )  # fmt: skip
     run_tasks(args)
     env = make("toolworld:TripPlanning-v0", path=out)

@@ -15,6 +15,7 @@ from gemkit.llm.sampling import SamplingError as SamplingError
 from gemkit.llm.sampling import SamplingParams as SamplingParams
 from gemkit.llm.token_counters import HeuristicTokenCounter as HeuristicTokenCounter
 from gemkit.llm.token_counters import HFTokenCounter as HFTokenCounter
+from gemkit.llm.token_counters import ServerTokenCounter as ServerTokenCounter
 from gemkit.llm.token_counters import TokenCounter as TokenCounter
 from gemkit.llm.token_counters import as_counter as as_counter
 from gemkit.llm.token_policy import TokenBatcher as TokenBatcher

@@ -1,8 +1,17 @@
 """An async client for any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, OpenAI).
 
 One aiohttp session per client, a concurrency limit, retries with exponential backoff and
-jitter on 429/5xx/timeouts/dropped connections (honouring `Retry-After`), and token totals.
-`reasoning_content` (from reasoning parsers) is kept apart from `content`.
+jitter on 429/5xx, connect failures and dropped connections (honouring `Retry-After`), and
+token totals. `reasoning_content` (from reasoning parsers) is kept apart from `content`.
+
+Two bounds hold for every request: `max_tokens` (the client's default, `DEFAULT_MAX_TOKENS`,
+unless a call or the client says otherwise) and `timeout`, the seconds the server has to
+answer a request it accepted (`timeout=`, else `$GEMKIT_TIMEOUT`, else `DEFAULT_TIMEOUT`). A
+request the server accepted and did not answer in time is not sent again: a retry would queue
+the same work from scratch behind the first, on a server already too slow for it
+(`LLMTimeoutError`, naming the setting to raise). A request that does not fit the model's
+context window is refused by the server with HTTP 400; that is `ContextWindowError`, so a
+caller can treat it as a result of its own input rather than a server failure.
 """
 
 from __future__ import annotations
@@ -29,6 +38,15 @@ T = TypeVar("T")
 ENV_BASE_URL = "GEMKIT_BASE_URL"
 ENV_API_KEY = "GEMKIT_API_KEY"
 ENV_MODEL = "GEMKIT_MODEL"
+ENV_TIMEOUT = "GEMKIT_TIMEOUT"
+#: seconds a server has to answer an accepted request, when neither `timeout=` nor
+#: $GEMKIT_TIMEOUT says (the OpenAI SDK's default: a 0.5B model on 2 CPU cores needs minutes)
+DEFAULT_TIMEOUT = 600.0
+#: the longest reply a request asks for when neither the call nor the client says: a bound on
+#: runaway replies (a weak model can write to the end of its window), room for reasoning
+DEFAULT_MAX_TOKENS = 2048
+#: seconds to open a connection (at most the timeout); a connect that fails is retried
+CONNECT_TIMEOUT = 30.0
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
 
 
@@ -41,8 +59,40 @@ class LLMError(GemkitError):
         self.attempts = attempts
 
 
+class LLMTimeoutError(LLMError):
+    """The server accepted a request and sent no answer within the timeout (it is not re-sent)."""
+
+
+class ContextWindowError(LLMError):
+    """The server refused a request that does not fit the model's context window (HTTP 400).
+
+    The request itself is too long (a conversation that outgrew the window), so sending it
+    again fails again: callers record it as the outcome of their input, not a server failure.
+    """
+
+
 class LLMConfigError(GemkitError):
-    """The client is missing its endpoint or model."""
+    """The client is missing its endpoint or model, or a setting is out of range."""
+
+
+def resolve_timeout(timeout: float | None = None) -> float:
+    """The timeout in seconds: `timeout` if given, else `$GEMKIT_TIMEOUT`, else the default."""
+    where = "timeout="
+    if timeout is None:
+        text = os.environ.get(ENV_TIMEOUT, "").strip()
+        if not text:
+            return DEFAULT_TIMEOUT
+        where = f"${ENV_TIMEOUT}"
+        try:
+            timeout = float(text)
+        except ValueError:
+            raise LLMConfigError(
+                f"{ENV_TIMEOUT}={text!r} is not a number: give the seconds a model server has "
+                f"to answer, e.g. {ENV_TIMEOUT}=900"
+            ) from None
+    if not timeout > 0 or timeout == float("inf"):
+        raise LLMConfigError(f"{where} must be a number of seconds > 0, got {timeout!r}")
+    return float(timeout)
 
 
 @dataclass
@@ -245,12 +295,22 @@ class _Retryable(Exception):
         self.status = status
 
 
+class _Unanswered(Exception):
+    """The server accepted the request and sent no whole answer within `timeout` seconds."""
+
+    def __init__(self, timeout: float):
+        super().__init__(f"no answer within {timeout:g} s")
+        self.timeout = timeout
+
+
 class LLMClient:
     """Async OpenAI-compatible chat client with a concurrency limit, retries and usage totals.
 
     Configure with arguments or the env vars `GEMKIT_BASE_URL`, `GEMKIT_API_KEY`,
-    `GEMKIT_MODEL`. Default sampling parameters (`temperature=0.7`, ...) passed as keyword
-    arguments apply to every `chat` call unless the call overrides them.
+    `GEMKIT_MODEL`, `GEMKIT_TIMEOUT`. Default sampling parameters (`temperature=0.7`, ...)
+    passed as keyword arguments apply to every `chat` call unless the call overrides them.
+    `max_tokens` bounds every reply unless a call says otherwise (None: send no bound, the
+    server's own applies); `timeout` is the seconds a server has to answer (module docstring).
     """
 
     def __init__(
@@ -260,7 +320,8 @@ class LLMClient:
         model: str | None = None,
         *,
         max_concurrency: int = 16,
-        timeout: float = 120.0,
+        timeout: float | None = None,
+        max_tokens: int | None = DEFAULT_MAX_TOKENS,
         max_retries: int = 6,
         backoff_base: float = 0.5,
         backoff_max: float = 30.0,
@@ -284,16 +345,22 @@ class LLMClient:
             raise LLMConfigError(f"max_concurrency must be >= 1, got {max_concurrency}")
         if max_retries < 0:
             raise LLMConfigError(f"max_retries must be >= 0, got {max_retries}")
+        if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+            raise LLMConfigError(
+                f"max_tokens must be a whole number >= 1 or None, got {max_tokens!r}"
+            )
         self.base_url = base_url.rstrip("/")
         self.api_key = api_key if api_key is not None else os.environ.get(ENV_API_KEY)
         self.model = model
         self.max_concurrency = max_concurrency
-        self.timeout = timeout
+        self.timeout = resolve_timeout(timeout)
         self.max_retries = max_retries
         self.backoff_base = backoff_base
         self.backoff_max = backoff_max
         self.max_retry_after = max_retry_after
         self.headers = dict(headers or {})
+        if max_tokens is not None:
+            default_params = {"max_tokens": max_tokens, **default_params}
         self.default_params = default_params
         self.usage = Usage()
         self.num_requests = 0
@@ -419,7 +486,7 @@ class LLMClient:
     async def _send(
         self, path: str, body: dict[str, Any], timeout: float | None, what: str
     ) -> tuple[dict[str, Any], int]:
-        limit = timeout if timeout is not None else self.timeout
+        limit = resolve_timeout(timeout) if timeout is not None else self.timeout
         return await self._retrying(lambda: self._post(body, limit, path), what)
 
     async def _retrying(
@@ -430,8 +497,11 @@ class LLMClient:
     ) -> tuple[T, int]:
         """`call()` with the client's retries; `(its result, attempts)`.
 
-        `sent()` counts what an attempt has already handed on (stream pieces): once it is not
-        0, a failure is final, since a retry would hand them on twice.
+        Retried: what failed before the server took the request or that it refused for now
+        (a connection that cannot be opened or was dropped, 429, 5xx). Not retried: an
+        accepted request left unanswered (`_Unanswered`: `LLMTimeoutError` at once) and any
+        other refusal. `sent()` counts what an attempt has already handed on (stream pieces):
+        once it is not 0, a failure is final, since a retry would hand them on twice.
         """
         self.num_requests += 1
         attempt = 0
@@ -440,6 +510,15 @@ class LLMClient:
             self.num_attempts += 1
             try:
                 return await call(), attempt
+            except _Unanswered as e:
+                raise LLMTimeoutError(
+                    f"{what} request to {self.base_url}: the server accepted it and sent no "
+                    f"answer within {e.timeout:g} s, so it was not sent again (a retry would "
+                    "queue the same work from scratch). Give a slow server more time with "
+                    f"--timeout SECONDS or {ENV_TIMEOUT}=SECONDS (LLMClient(timeout=) in "
+                    "code), or ask for shorter replies (--max-tokens)",
+                    attempts=attempt,
+                ) from None
             except _Retryable as e:
                 handed = sent()
                 if handed or attempt > self.max_retries:
@@ -460,16 +539,22 @@ class LLMClient:
     ) -> dict[str, Any]:
         session, sem = self._ensure_session()
         url = f"{self.base_url}{path}"
+        connect = min(CONNECT_TIMEOUT, timeout)
+        # the connect has its own limit (a failed one is retried); once connected, the server
+        # has `timeout` seconds to answer (sock_read), and the whole exchange a bound too
+        limits = aiohttp.ClientTimeout(
+            total=connect + timeout, sock_connect=connect, sock_read=timeout
+        )
         async with sem:
             try:
-                async with session.post(
-                    url, json=body, timeout=aiohttp.ClientTimeout(total=timeout)
-                ) as resp:
+                async with session.post(url, json=body, timeout=limits) as resp:
                     text = await resp.text()
                     status = resp.status
                     retry_after = _parse_retry_after(resp.headers.get("Retry-After"))
+            except aiohttp.ConnectionTimeoutError:
+                raise _Retryable(f"could not connect within {connect:g} s") from None
             except asyncio.TimeoutError:
-                raise _Retryable(f"no answer within {timeout:g}s") from None
+                raise _Unanswered(timeout) from None
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
                 raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
         _raise_for(status, text, retry_after)
@@ -595,10 +680,28 @@ def _parse_retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
+#: how servers say a request does not fit the window (vLLM, llama.cpp, OpenAI, SGLang, TGI)
+_WINDOW_WORDS = ("context length", "context_length", "context size", "context window",
+                 "exceed_context_size", "maximum input length")  # fmt: skip
+
+
+def is_context_overflow(status: int, text: str) -> bool:
+    """Whether an error answer says the request does not fit the model's context window."""
+    low = text.lower()
+    return status in (400, 413, 422) and any(w in low for w in _WINDOW_WORDS)
+
+
 def _raise_for(status: int, text: str, retry_after: float | None) -> None:
-    """Raise for an HTTP status that is no answer: `_Retryable` (429, 5xx) or `LLMError`."""
+    """Raise for an HTTP status that is no answer: `_Retryable` (429, 5xx), `ContextWindowError`
+    or `LLMError`."""
     if status in RETRY_STATUSES or status >= 500:
         raise _Retryable(f"HTTP {status}: {_error_message(text)}", retry_after, status)
+    if is_context_overflow(status, text):
+        raise ContextWindowError(
+            f"the request does not fit the model's context window (HTTP {status}): "
+            f"{_error_message(text)}",
+            status=status,
+        )
     if status >= 400:
         raise LLMError(
             f"the endpoint rejected the request (HTTP {status}): {_error_message(text)}",

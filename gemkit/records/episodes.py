@@ -42,7 +42,9 @@ class TurnTokensRecord(Part):
 class TurnRecord(Part):
     """One transition: what the policy saw, what it did, and what the env answered.
 
-    `tokens` is present only when the policy recorded the turn's token ids (`TokenPolicy`).
+    `tokens` is present only when the policy recorded the turn's token ids (`TokenPolicy`),
+    `finish_reason` only when the policy reported why the reply ended (`length`: cut at its
+    token limit).
     """
 
     observation: Json
@@ -53,13 +55,15 @@ class TurnRecord(Part):
     info: Json = None
     usage: Usage = Usage()
     tokens: TurnTokensRecord | None = None
+    finish_reason: str | None = None
 
     @model_serializer(mode="wrap")
     def _tokens_when_recorded(self, handler: Any) -> dict[str, Any]:
         # an episode played in text keeps the line it always had
         out = handler(self)
-        if out.get("tokens") is None:
-            out.pop("tokens", None)
+        for key in ("tokens", "finish_reason"):
+            if out.get(key) is None:
+                out.pop(key, None)
         return out
 
 
@@ -106,6 +110,8 @@ class EpisodeRecord(Record):
 
     `key` and `index` identify the episode within an eval run (`env_id#k`, k); `policy` says
     who played it (None where the writer did not say, as in `save_jsonl` of bare episodes).
+    `context_overflow` (present only then) is the server's refusal of a chat that outgrew the
+    model's context window, which ended the episode.
     """
 
     KIND = "episode"
@@ -124,3 +130,11 @@ class EpisodeRecord(Record):
     tool_calls: int = 0
     tokens: Tokens = Tokens()
     token_sources: TokenSources = TokenSources()
+    context_overflow: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _overflow_when_it_happened(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        if out.get("context_overflow") is None:
+            out.pop("context_overflow", None)
+        return out

@@ -133,8 +133,12 @@ def decode_json_fields(model: type[BaseModel], row: Any) -> dict[str, Any]:
 
 
 def to_row(record: Record) -> dict[str, Any]:
-    """One dataset row of a record (its `Json` fields as JSON text)."""
-    return _encode(record.to_json(), _json_fields(type(record)))
+    """One dataset row of a record (its `Json` fields as JSON text; every field a column, those
+    a record leaves out of its JSON line as None)."""
+    row = record.to_json()
+    for name in type(record).model_fields:
+        row.setdefault(name, None)
+    return _encode(row, _json_fields(type(record)))
 
 
 def from_row(model: type[R], row: dict[str, Any], where: str = "") -> R:

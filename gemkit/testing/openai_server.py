@@ -3,9 +3,11 @@
 It speaks `POST /v1/chat/completions` (plain, or streamed as server-sent events with
 `stream=true`, chunk by chunk as the OpenAI API streams) and `GET /v1/models`, answers with
 replies taken from a queue or computed by a callable, counts tokens by a simple word count (and
-cuts a reply at the request's `max_tokens` words, with finish reason `length`), injects faults
-(429 with `Retry-After`, 500, slow replies, dropped connections) on chosen requests or with a
-seeded probability, and records every request it got.
+cuts a reply at the request's `max_tokens` words, with finish reason `length`); with `window`,
+a model of that many words: vLLM's `POST /tokenize` (the same word count, `max_model_len`) and
+vLLM's HTTP 400 for a chat longer than the window; injects faults
+(429 with `Retry-After`, 500, slow replies, dropped connections, a refusal with a given status
+and body) on chosen requests or with a seeded probability, and records every request it got.
 
     with ScriptedOpenAIServer(["Hello!"]) as srv:        # sync tests: a background thread
         client = LLMClient(base_url=srv.base_url, model="m")
@@ -37,7 +39,8 @@ RATE_LIMIT = "rate_limit"
 SERVER_ERROR = "server_error"
 SLOW = "slow"
 DROP = "drop"
-FAULT_KINDS = (RATE_LIMIT, SERVER_ERROR, SLOW, DROP)
+REJECT = "reject"
+FAULT_KINDS = (RATE_LIMIT, SERVER_ERROR, SLOW, DROP, REJECT)
 _FAULT_ALIASES = {"429": RATE_LIMIT, "500": SERVER_ERROR, "timeout": SLOW, "disconnect": DROP}
 _WORD = re.compile(r"\S+")
 
@@ -65,11 +68,15 @@ class Reply:
 
 @dataclass
 class Fault:
-    """A failure to inject: `rate_limit` (429), `server_error` (500), `slow`, or `drop`."""
+    """A failure to inject: `rate_limit` (429), `server_error` (500), `slow`, `drop`, or
+    `reject`: an answer with HTTP `status` and the JSON `body` (say, a real server's refusal
+    of an over-window request)."""
 
     kind: str
     retry_after: float | None = 0.05
     delay: float = 1.0
+    status: int = 400
+    body: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.kind = _FAULT_ALIASES.get(self.kind, self.kind)
@@ -131,7 +138,8 @@ class ScriptedOpenAIServer:
     `replies` is an iterable of replies (str, dict or `Reply`) served in order, or a callable
     `(request_json) -> reply` (may be async). `faults` maps a 1-based chat-request number to a
     fault kind or `Fault`; `fault_rate` adds faults of `fault_kinds` at random, drawn from a
-    generator seeded with `seed`. A faulted request consumes no scripted reply.
+    generator seeded with `seed`. A faulted request consumes no scripted reply. `window` (a
+    number of words) serves vLLM's `/tokenize` and refuses, as vLLM does, a chat over it.
     """
 
     def __init__(
@@ -144,9 +152,11 @@ class ScriptedOpenAIServer:
         fault_kinds: Iterable[str | Fault] = (RATE_LIMIT, SERVER_ERROR),
         seed: int = 0,
         api_key: str | None = None,
+        window: int | None = None,
     ):
         self.model = model
         self.api_key = api_key
+        self.window = window
         self._fn: ReplyFn | None = replies if callable(replies) else None
         self._queue: deque[Reply] = deque() if callable(replies) else deque(map(as_reply, replies))
         self.faults = {int(k): _as_fault(v) for k, v in (faults or {}).items()}
@@ -196,6 +206,8 @@ class ScriptedOpenAIServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
+        if self.window is not None:
+            app.router.add_post("/tokenize", self._tokenize)
         self._add_routes(app)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
@@ -276,6 +288,16 @@ class ScriptedOpenAIServer:
         data = [{"id": self.model, "object": "model", "owned_by": "gemkit"}]
         return web.json_response({"object": "list", "data": data})
 
+    async def _tokenize(self, request: web.Request) -> web.Response:
+        # vLLM's shape (tests/data/real-model/vllm-probes.jsonl), counting words
+        body = await request.json()
+        self._record(request, body).outcome = "answered"
+        if isinstance(body.get("messages"), list):
+            n = _prompt_words(body["messages"])
+        else:
+            n = count_words(str(body.get("prompt", "")))
+        return web.json_response({"count": n, "max_model_len": self.window, "tokens": [0] * n})
+
     def _pick_fault(self) -> tuple[int, Fault | None]:
         with self._lock:
             self._chat_count += 1
@@ -316,6 +338,16 @@ class ScriptedOpenAIServer:
             return _error(
                 400, "request body must be a JSON object with a 'messages' list", "invalid_request"
             )
+        if self.window is not None and _prompt_words(body["messages"]) > self.window:
+            rec.outcome = "rejected"
+            n = _prompt_words(body["messages"])
+            return _error(
+                400,
+                f"This model's maximum context length is {self.window} tokens. However, your "
+                f"prompt contains at least {n} input tokens, which exceeds this limit even "
+                "without any output tokens. (scripted)",
+                "BadRequestError",
+            )
         number, fault = self._pick_fault()
         rec.fault = fault.kind if fault else None
         if fault is not None and fault.kind == RATE_LIMIT:
@@ -325,6 +357,10 @@ class ScriptedOpenAIServer:
         if fault is not None and fault.kind == SERVER_ERROR:
             rec.outcome = "server_error"
             return _error(500, "internal error (scripted)", "server_error")
+        if fault is not None and fault.kind == REJECT:
+            rec.outcome = "rejected"
+            payload = fault.body or {"error": {"message": "rejected (scripted)", "code": "x"}}
+            return web.json_response(payload, status=fault.status)
         if fault is not None and fault.kind == DROP:
             rec.outcome = "dropped"
             if request.transport is not None:
@@ -383,9 +419,7 @@ class ScriptedOpenAIServer:
             finish = reply.finish_reason or ("tool_calls" if calls else "stop")
             choice = {"index": i, "message": message, "finish_reason": finish}
             choices.append(self._finish_choice(body, original, choice))
-        prompt_tokens = sum(
-            count_words(_text_of(m)) for m in body["messages"] if isinstance(m, dict)
-        )
+        prompt_tokens = _prompt_words(body["messages"])
         usage = {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
@@ -440,6 +474,11 @@ def _openai_call(call: Mapping[str, Any], default_id: str) -> dict[str, Any]:
             "arguments": args if isinstance(args, str) else json.dumps(args),
         },
     }
+
+
+def _prompt_words(messages: list[Any]) -> int:
+    """The server's count of a chat's prompt tokens: the words of its messages."""
+    return sum(count_words(_text_of(m)) for m in messages if isinstance(m, dict))
 
 
 def _text_of(message: Mapping[str, Any]) -> str:

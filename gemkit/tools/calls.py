@@ -19,7 +19,8 @@ attempt. A *call attempt* is, outside `<think>...</think>` reasoning:
 - `mistral`: `[TOOL_CALLS]` followed by a JSON list of calls or `NAME[ARGS]{...}`.
 - `pythonic`: a reply that is only `search(query="x")` or `[a(x=1), b(y=2)]` (Llama 3.2/4).
 - `fence` (off by default: code tasks answer in fenced blocks): a ```python block, run by
-  the `python` tool.
+  the `python` tool. `ToolEnvWrapper` turns it on for a reply that holds no final answer
+  (`run_fenced_code`), outside envs whose answers are code.
 
 Nothing here raises on model output: every problem becomes a `MalformedCall` whose message says
 what was wrong and shows the expected format.
@@ -37,6 +38,7 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from gemkit.answers import extract_answer
 from gemkit.tools.base import Tool
 
 FORMATS = ("tag", "hermes", "openai", "json", "llama", "mistral", "pythonic", "fence")
@@ -958,6 +960,17 @@ def _openai_items(tools: dict[str, Tool], tool_calls: list[Any]) -> list[ToolCal
                 continue
         out.append(_check_call(tools, name, arguments, raw=raw, fmt="openai", call_id=call_id))
     return out
+
+
+def is_code_for_python(text: str, tools: Mapping[str, Tool] | Iterable[Tool]) -> bool:
+    """Whether a reply with no call attempt is code meant for the `python` tool: it holds a
+    ```python block and no final answer (`\\boxed{}`, `<answer>`), and a python tool is offered.
+
+    `ToolEnvWrapper` then parses it with the `fence` format (`run_fenced_code`).
+    """
+    if "```py" not in text or "python" not in tool_map(tools):
+        return False
+    return extract_answer(strip_reasoning(text)) is None
 
 
 def parse_action(

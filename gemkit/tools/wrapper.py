@@ -25,6 +25,7 @@ from gemkit.tools.calls import (
     FORMATS,
     MalformedCall,
     ToolCall,
+    is_code_for_python,
     parse_action,
     tag_field,
 )
@@ -138,7 +139,11 @@ class ToolEnvWrapper(Wrapper):
       `error_reward` per failed one. `info["tool_results"]` lists
       `{"tool_call_id", "name", "content", "is_error"}` for chat-history wrappers.
     - **step** without a call attempt passes the action (for an OpenAI message, its content)
-      to the inner env.
+      to the inner env. With `run_fenced_code` (default) and a `python` tool, a reply holding
+      a ```python block and no final answer (no `\\boxed{}` or `<answer>`) is a call of that
+      tool, as a model that writes code to compute means it: graded, it would be a missed
+      call scored as a wrong answer. Not in an env whose answers are code
+      (`Env.answers_in_code`), nor with "fence" in `formats` (every block is a call then).
     - Every call attempt counts towards `max_tool_uses`. Attempts beyond it are not run:
       the model is told to give its final answer; after `LIMIT_WARNINGS` such warnings the
       next over-limit action truncates the episode, so every episode ends. Any action after
@@ -173,6 +178,7 @@ class ToolEnvWrapper(Wrapper):
         formats: Sequence[str] = DEFAULT_FORMATS,
         max_result_chars: int | None = None,
         toolsets: Iterable[Any] = (),
+        run_fenced_code: bool = True,
     ):
         super().__init__(env)
         bad = [f for f in formats if f not in FORMATS]
@@ -195,6 +201,7 @@ class ToolEnvWrapper(Wrapper):
         self.error_reward = error_reward
         self.instructions = instructions
         self.formats = tuple(formats)
+        self.run_fenced_code = run_fenced_code
         self.max_result_chars = max_result_chars
         self.toolsets = list(toolsets)
         self._toolsets_loaded = not self.toolsets
@@ -311,12 +318,22 @@ class ToolEnvWrapper(Wrapper):
         if self._over:
             return self._counted(await astep_of(self.env, _text_of(action)))
         parsed = parse_action(action, self._by_name, self.formats)
+        if not parsed.has_calls and self._code_is_a_call(parsed.answer or ""):
+            parsed = parse_action(action, self._by_name, (*self.formats, "fence"))
         if not parsed.has_calls:
             result = await astep_of(self.env, parsed.answer or "")
             self._ended = self._ended or bool(result[2] or result[3])
             self._over = self.closed_after_end and self._ended
             return self._counted(result)
         return await self._run(parsed.items)
+
+    def _code_is_a_call(self, text: str) -> bool:
+        """Whether a reply without a call is code meant for the python tool, not an answer."""
+        if not self.run_fenced_code or "fence" in self.formats:
+            return False
+        if getattr(self.env.unwrapped, "answers_in_code", False):
+            return False
+        return is_code_for_python(text, self._by_name)
 
     def _counted(self, result: StepResult) -> StepResult:
         obs, reward, terminated, truncated, info = result

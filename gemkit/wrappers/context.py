@@ -451,8 +451,12 @@ class SummaryContext(BudgetContext):
     `act` gets the same list), or a function `messages -> str` (sync or async) that gets the
     chat itself. `<think>` blocks are removed from the summary. A client's summary has its own
     token budget, `max_summary_tokens`, whatever `max_tokens` the client sends for the
-    policy's short moves; a reply cut at that budget is kept and flagged
-    `summary_truncated`. Calls by a client or an LLM policy record their `usage` in the edit.
+    policy's short moves, bounded by the room there is: the request (chat and prompt) and its
+    reply must fit in `max_context`, and the summary after the task must stay under the
+    trigger, or the next step would summarise again (the budget used is the edit's
+    `summary_budget`; with no room, no summary is asked for and a warning says why). A reply
+    cut at that budget is kept and flagged `summary_truncated`. Calls by a client or an LLM
+    policy record their `usage` in the edit.
     """
 
     strategy: ClassVar[str] = "summary"
@@ -486,12 +490,25 @@ class SummaryContext(BudgetContext):
         self.template = template
         self.max_summary_tokens = max_summary_tokens
 
+    def _asked(self, messages: Messages) -> Messages:
+        return [*messages, {"role": "user", "content": self.prompt}]
+
+    def summary_budget(self, messages: Messages) -> int:
+        """The tokens a client's summary of `messages` may take: `max_summary_tokens`, within
+        the window's room left by the request and the trigger's room left by the task."""
+        t = task_index(messages)
+        head = [*messages[: t + 1], {"role": "user", "content": self.template.format(summary="")}]
+        in_window = self.max_context - self._count(self._asked(messages))
+        under_trigger = self.threshold - self.tokens(head)
+        return min(self.max_summary_tokens, in_window, under_trigger)
+
     def _request(self, messages: Messages) -> Any:
         """The summarizer's answer: a `Summary`, or an awaitable of one."""
         s = self.summarizer
-        asked = [*messages, {"role": "user", "content": self.prompt}]
+        asked = self._asked(messages)
         if hasattr(s, "chat"):
-            return _client_summary(s.chat(asked, max_tokens=self.max_summary_tokens))
+            budget = self.summary_budget(messages)
+            return _client_summary(s.chat(asked, max_tokens=budget), budget)
         if hasattr(s, "act"):
             return _policy_summary(s, s.act(asked))
         return _function_summary(s(list(messages)))
@@ -510,7 +527,10 @@ class SummaryContext(BudgetContext):
         removed = list(range(t + 1, len(messages)))
         if extra.get("summary_truncated"):
             log.warning(
-                "a summary was cut at max_summary_tokens=%d; raise it", self.max_summary_tokens
+                "a summary was cut at its budget of %d tokens (max_summary_tokens=%d, within "
+                "the room the window leaves)",
+                extra.get("summary_budget", self.max_summary_tokens),
+                self.max_summary_tokens,
             )
         return new, {
             "removed_messages": removed,
@@ -519,11 +539,21 @@ class SummaryContext(BudgetContext):
         }
 
     def _can_summarize(self, messages: Messages) -> bool:
-        return self.over_budget(messages) and len(messages) > task_index(messages) + 1
+        if not self.over_budget(messages) or len(messages) <= task_index(messages) + 1:
+            return False
+        return not hasattr(self.summarizer, "chat") or self.summary_budget(messages) >= 1
 
     def why_not(self, messages: Messages) -> str:
-        """Only the task (and system prompt) is left: nothing to summarise."""
-        return "only the task is left, there is nothing to summarise (the task alone is too long)"
+        """Nothing to summarise, or no room left for a summary."""
+        if len(messages) <= task_index(messages) + 1:
+            return (
+                "only the task is left, there is nothing to summarise (the task alone is too long)"
+            )
+        return (
+            f"no room for a summary: the request ({self._count(self._asked(messages))} tokens) "
+            f"fills the window ({self.max_context}), or the task alone nears the trigger; "
+            "lower the trigger or raise --max-context"
+        )
 
     def plan(self, messages: Messages) -> tuple[Messages, dict[str, Any]] | None:
         """Summarise when over budget (an async summarizer runs on a private event loop)."""
@@ -570,9 +600,13 @@ def usage_dict(usage: Any) -> dict[str, int]:
     return out
 
 
-async def _client_summary(response: Any) -> tuple[str, dict[str, Any]]:
+async def _client_summary(response: Any, budget: int) -> tuple[str, dict[str, Any]]:
     r = await response
-    extra = {"usage": usage_dict(r.usage), "summary_truncated": r.finish_reason == "length"}
+    extra = {
+        "usage": usage_dict(r.usage),
+        "summary_truncated": r.finish_reason == "length",
+        "summary_budget": budget,
+    }
     return r.content, extra
 
 

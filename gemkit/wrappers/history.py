@@ -90,7 +90,10 @@ def assistant_turn(
 
     Call ids come from the results (the tool wrapper assigns them), so every tool message
     answers a call of the message right before it. Arguments come from the tool wrapper's
-    `parsed_calls` when given (any call format), else from the action's Hermes blocks.
+    `parsed_calls` when given (any call format), else from the action's Hermes blocks. A
+    malformed call's arguments are `{"unparsed": <the text the model wrote>}`: a record of
+    what it wrote, and still JSON, which servers require of arguments (llama.cpp answers 500
+    to a chat holding other text there; vLLM renders it as `{}`).
     """
     if isinstance(action, str):
         text, calls, extra = action, parse_hermes_calls(action), {}
@@ -106,13 +109,7 @@ def assistant_turn(
         ] or parse_hermes_calls(text)
         extra = {k: v for k, v in action.items() if k not in ("role", "content", "tool_calls")}
     if parsed_calls and len(parsed_calls) == len(results):
-        calls = [
-            (
-                str(p.get("name") or ""),
-                "{}" if p.get("arguments") is None else _args_json(p["arguments"]),
-            )
-            for p in parsed_calls
-        ]
+        calls = [(str(p.get("name") or ""), _parsed_args(p)) for p in parsed_calls]
     content = _without_calls(text, parsed_calls or ())
     tool_calls = []
     for i, result in enumerate(results):
@@ -149,6 +146,21 @@ def _without_calls(text: str, parsed_calls: Sequence[Mapping[str, Any]]) -> str 
 
 def _args_json(args: Any) -> str:
     return args if isinstance(args, str) else json.dumps(args)
+
+
+def _parsed_args(call: Mapping[str, Any]) -> str:
+    """A parsed call's arguments as JSON text; a malformed call's are what the model wrote."""
+    if call.get("arguments") is not None:
+        return _args_json(call["arguments"])
+    raw = call.get("raw")
+    if not isinstance(raw, str):
+        return "{}"
+    if call.get("format") == "openai":  # raw is the whole native call: keep its arguments
+        try:
+            raw = json.loads(raw)["function"]["arguments"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            pass
+    return json.dumps({"unparsed": raw}, ensure_ascii=False)
 
 
 class _History(Wrapper):

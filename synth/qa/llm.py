@@ -57,21 +57,41 @@ def parse_reply(text: str, n_options: int) -> tuple[int, str] | None:
     brace missing); the two fields are then read by pattern. Whatever is read, the text
     checks decide whether the rewrite is kept.
     """
+    read = read_reply(text, n_options)
+    return read if isinstance(read, tuple) else None
+
+
+def read_reply(text: str, n_options: int) -> tuple[int, str] | str:
+    """`parse_reply`, or what was wrong with the reply, in words (the rejection's reason)."""
     m = _JSON.search(text or "")
     if not m:
         m = _LOOSE_START.search(text or "")
         if not m:
-            return None
+            return 'it holds no JSON object {"choice": <option number>, "question": "..."}'
     try:
         data = json.loads(m.group(0))
-        choice, question = int(data["choice"]), str(data["question"]).strip()
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+    except json.JSONDecodeError as e:
         loose = _loose_fields(m.group(0))
         if loose is None:
-            return None
+            return (
+                f'its JSON is invalid ({e.msg} at column {e.colno}) and no "choice" and '
+                '"question" fields could be read from it'
+            )
         choice, question = loose
-    if not 1 <= choice <= n_options or not question:
-        return None
+    else:
+        if not isinstance(data, dict):
+            return f"its JSON is a {type(data).__name__}, not an object"
+        missing = [k for k in ("choice", "question") if k not in data]
+        if missing:
+            return "its JSON has no " + " and no ".join(f'"{k}"' for k in missing)
+        try:
+            choice, question = int(data["choice"]), str(data["question"]).strip()
+        except (TypeError, ValueError):
+            return f'its "choice" is {json.dumps(data["choice"])[:40]}, not an option number'
+    if not 1 <= choice <= n_options:
+        return f"choice {choice} is not one of the options 1-{n_options}"
+    if not question:
+        return 'its "question" is empty'
     return choice - 1, question
 
 
@@ -103,12 +123,13 @@ class LLMAgent(RuleAgent):
         client: Any = None,
         options: int = 6,
         temperature: float = 0.7,
+        timeout: float | None = None,
     ):
         super().__init__(world, search, config)
         if client is None:
             from gemkit.llm import LLMClient
 
-            client = LLMClient(base_url=base_url, model=model, max_retries=3)
+            client = LLMClient(base_url=base_url, model=model, max_retries=3, timeout=timeout)
         self.client = client
         self.options = options
         self.temperature = temperature
@@ -152,8 +173,8 @@ class LLMAgent(RuleAgent):
                 [{"role": "system", "content": EDIT_SYSTEM}, {"role": "user", "content": prompt}],
                 self.temperature,
             )
-            parsed = parse_reply(text, len(options))
-            if parsed is None:
+            parsed = read_reply(text, len(options))
+            if isinstance(parsed, str):
                 self.bad_replies += 1
                 failures += 1
                 state.rejected.append(
@@ -163,7 +184,9 @@ class LLMAgent(RuleAgent):
                         "after": "",
                         "fact": None,
                         "stage": "quality",
-                        "reason": f"unusable model reply: {text[:80]!r}",
+                        # the whole reply (bounded by max_tokens): what the model wrote and why
+                        # it could not be used, for whoever tunes the prompt or the model
+                        "reason": f"unusable model reply: {parsed}; the reply: {text!r}",
                     }
                 )
                 continue

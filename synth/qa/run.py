@@ -73,6 +73,7 @@ class RunConfig:
     seeds: str | None = None
     closed_book_samples: int = 3
     max_items_factor: int = 20  # give up after n * factor work items
+    timeout: float | None = None  # seconds the model server has per request (LLMClient's)
 
     def identity(self) -> dict[str, Any]:
         """The settings a resumed run must share with the first one (the manifest's).
@@ -81,7 +82,7 @@ class RunConfig:
         writes the edits, and which, is part of the identity.
         """
         d = asdict(self)
-        for free in ("n", "max_items_factor", "llm_url"):
+        for free in ("n", "max_items_factor", "llm_url", "timeout"):
             d.pop(free)
         d["llm"] = bool(self.llm_url)
         return d
@@ -210,13 +211,14 @@ class Synthesizer:
             from gemkit.llm import LLMClient
             from gemkit.synth.qa.outside import OutsideAgent
 
-            client = LLMClient(base_url=self.config.llm_url, model=self.config.model, max_retries=3)
+            client = LLMClient(base_url=self.config.llm_url, model=self.config.model, max_retries=3,
+                               timeout=self.config.timeout)
             return OutsideAgent(self.search, self.access, client, self.doc_text, self.agent_config)
         if self.config.llm_url:
             from gemkit.synth.qa.llm import LLMAgent
 
             return LLMAgent(self.world, self.search, self.config.llm_url, self.config.model,
-                            self.agent_config)
+                            self.agent_config, timeout=self.config.timeout)
         return RuleAgent(self.world, self.search, self.agent_config)
 
     def doc_text(self, doc_id: str) -> str | None:
@@ -385,7 +387,8 @@ def open_store(out: Path, config: RunConfig, max_failures: int = MAX_FAILURES) -
         "synth qa",
         config.identity(),
         [QA, REJECTED, FAILED],
-        info={"n": config.n, "max_items_factor": config.max_items_factor, "llm_url": config.llm_url},
+        info={"n": config.n, "max_items_factor": config.max_items_factor, "llm_url": config.llm_url,
+              "timeout": config.timeout},
         failures=FAILED_FILE,
         max_failures=max_failures,
     )

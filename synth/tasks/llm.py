@@ -15,6 +15,15 @@ any error back to the model, which repairs the program. Once a level verifies, t
 asked for a harder version (more constraints, new tools when needed), up to the target level.
 The kept record stores the program; its tools and verifier run in the sandbox at play time
 (`gemkit.envs.toolworld.program`).
+
+Each request holds the system prompt, the first ask, and the last exchange only (the model's
+latest program and what gemkit answered): every reply is a whole program, so the older ones
+are superseded, and a conversation of many repairs stays within a small model's window
+(the real Qwen2.5-Coder-0.5B sent 300-850-token programs, a llama.cpp slot holds 4,096
+tokens). Replies are bounded by `max_tokens`; a reply cut there is answered by asking for a
+shorter program. A request the server refuses for its content (HTTP 400: a conversation
+that no longer fits the window) ends the task, which is then rejected with that reason: the
+run goes on, and a resume does not replay it.
 """
 
 from __future__ import annotations
@@ -64,6 +73,11 @@ REPAIR = """Running your program failed:
 {error}
 {change}Fix it and reply with the whole program in one ```python block."""
 
+CUT = """Your reply was cut off at the {max_tokens}-token limit before the program ended, so it cannot
+run. Write a shorter program: fewer rows in build_database (build them in a loop), one-line
+docstrings, no comments, no explanation outside the code. Reply with the whole program in one
+```python block."""
+
 REPEATED = """This program is the same as your attempt {first}, which {outcome}
 Sending it again cannot {goal}: change the program (the part the message above points at) and
 reply with the whole program in one ```python block."""
@@ -76,6 +90,7 @@ HARNESS = r"""
 import base64, json, sqlite3, inspect, traceback
 RESTRICT = {restrict!r}
 PROGRAM = {program!r}
+SOLUTION_LINE = {solution_line!r}
 out = {{"ok": False}}
 try:
     rns = {{"__name__": "gk_restrict"}}
@@ -85,6 +100,17 @@ try:
     for name in ("build_database", "TOOLS", "TASK", "solution", "verify"):
         if name not in ns:
             raise NameError("the program does not define " + name)
+    if not isinstance(ns["TOOLS"], (list, tuple)):
+        raise TypeError("TOOLS must be a list of the tool functions, TOOLS = [tool_a, tool_b], "
+                        "not a " + type(ns["TOOLS"]).__name__)
+    for i, f in enumerate(ns["TOOLS"], 1):
+        if not inspect.isfunction(f):
+            raise TypeError("TOOLS must list the tool functions themselves, "
+                            "TOOLS = [tool_a, tool_b]; item " + str(i) + " is the "
+                            + type(f).__name__ + " " + repr(f)[:60])
+    if not isinstance(ns["TASK"], dict):
+        raise TypeError('TASK must be a dict {{"prompt": ..., "answer_format": ..., '
+                        '"constraints": [...]}}, not a ' + type(ns["TASK"]).__name__)
     conn = sqlite3.connect("task.sqlite")
     ns["build_database"](conn)
     conn.commit()
@@ -107,7 +133,18 @@ try:
     out["database"] = base64.b64encode(open("task.sqlite", "rb").read()).decode()
 except BaseException as e:
     out["error"] = type(e).__name__ + ": " + str(e)
-    out["trace"] = traceback.format_exc(limit=3)[-1500:]
+    # only the lines of the model's own program: this harness's frames would point it at
+    # code it never wrote
+    mine = []
+    for frame in traceback.extract_tb(e.__traceback__):
+        if frame.filename not in ("program.py", "<solution>") or not frame.lineno:
+            continue
+        line = frame.lineno + (SOLUTION_LINE - 1 if frame.filename == "<solution>" else 0)
+        lines = PROGRAM.splitlines()
+        text = lines[line - 1].strip() if 0 < line <= len(lines) else ""
+        mine.append("  line " + str(line) + ", in " + frame.name + ": " + text)
+    if mine:
+        out["trace"] = "\n".join(["Where (your program's lines, innermost last):"] + mine[-4:])
 print("@@RESULT@@" + json.dumps(out, default=str))
 """
 
@@ -122,10 +159,15 @@ def extract_program(text: str) -> str | None:
 
 def solution_source(program: str) -> str:
     """The source of `solution` alone (the restricted runner checks just that function)."""
+    return _solution(program)[0]
+
+
+def _solution(program: str) -> tuple[str, int]:
+    """The source of `solution` and the program line it starts on."""
     tree = ast.parse(program)
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name == "solution":
-            return ast.get_source_segment(program, node) or ""
+            return ast.get_source_segment(program, node) or "", node.lineno
     raise ValueError("the program defines no top-level function solution(tools, task)")
 
 
@@ -150,6 +192,8 @@ def program_problems(program: str) -> list[str]:
     except SyntaxError as e:
         return [f"SyntaxError at line {e.lineno}: {e.msg}"]
     defined: dict[str, tuple[str, int, str]] = {}
+    names: list[str] = []
+    tools_line = 0
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             defined[node.name] = ("function", node.lineno, "a function")
@@ -160,6 +204,9 @@ def program_problems(program: str) -> list[str]:
             for t in targets:
                 if isinstance(t, ast.Name):
                     defined[t.id] = ("value", node.lineno, what)
+                    if t.id == "TOOLS":
+                        tools_line = node.lineno
+                        names = _listed_names(value)
     problems = []
     for name, (kind, shape) in REQUIRED.items():
         got = defined.get(name)
@@ -169,7 +216,21 @@ def program_problems(program: str) -> list[str]:
             problems.append(f"missing {name}{hint}: write {shape}")
         elif got[0] != kind:
             problems.append(f"{name} (line {got[1]}) is {got[2]}, it must be: {shape}")
+    if names:
+        listed = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+        quoted = ", ".join(repr(n) for n in names[:4]) + (", ..." if len(names) > 4 else "")
+        problems.append(
+            f"TOOLS (line {tools_line}) lists names as strings ({quoted}): list the tool "
+            f"functions themselves, without quotes: TOOLS = [{listed}]"
+        )
     return problems
+
+
+def _listed_names(node: ast.expr | None) -> list[str]:
+    """The strings a `TOOLS = ["a", "b"]` lists (empty unless it lists strings)."""
+    if not isinstance(node, (ast.List, ast.Tuple)):
+        return []
+    return [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
 
 
 def _value_kind(node: ast.expr | None) -> str:
@@ -191,9 +252,11 @@ def run_program(program: str, sandbox: Any = None) -> dict[str, Any]:
     problems = program_problems(program)
     if problems:
         return {"ok": False, "error": "the program cannot run:\n- " + "\n- ".join(problems)}
-    solution = solution_source(program)
+    solution, solution_line = _solution(program)
     restrict_src = Path(restrict.__file__).read_text(encoding="utf-8")
-    code = HARNESS.format(restrict=restrict_src, program=program, solution=solution)
+    code = HARNESS.format(
+        restrict=restrict_src, program=program, solution=solution, solution_line=solution_line
+    )
     sb = sandbox or make_sandbox()
     try:
         result = sb.run_sync(code)
@@ -250,9 +313,15 @@ def tool_schemas(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-async def _chat(client: Any, messages: list[dict[str, str]]) -> str:
-    response = await client.chat(messages)
-    return response.content or ""
+async def _chat(client: Any, messages: list[dict[str, str]], max_tokens: int) -> tuple[str, bool]:
+    """The model's reply and whether it was cut at `max_tokens` (`finish_reason` length)."""
+    response = await client.chat(messages, max_tokens=max_tokens)
+    return response.content or "", response.finish_reason == "length"
+
+
+#: HTTP statuses that refuse a request for its content (an over-window conversation: 400),
+#: so the task ends there; any other failure of the server stops the run (resumable)
+CONTENT_REFUSALS = (400, 413, 422)
 
 
 def normalized(program: str) -> str:
@@ -341,15 +410,24 @@ def synthesize_with_llm(
     say = note or (lambda line: None)
 
     async def converse() -> tuple[TaskRecord | None, str]:
-        client = LLMClient(base_url=config.llm, model=config.model, seed=int(rng.integers(2**31)))
+        from gemkit.llm.client import LLMError
+
+        client = LLMClient(
+            base_url=config.llm,
+            model=config.model,
+            seed=int(rng.integers(2**31)),
+            timeout=config.timeout,
+        )
+        max_tokens = config.max_tokens
         sandbox = make_sandbox()
-        messages = [
+        start = [
             {
                 "role": "system",
                 "content": SYSTEM.format(category=category.name, description=category.description),
             },
             {"role": "user", "content": f"Write the level-1 program for a {category.name} task."},
         ]
+        last: list[dict[str, str]] = []  # the latest program and what gemkit said about it
         good: dict[str, Any] | None = None
         history: list[dict[str, Any]] = []
         tries = Attempts()
@@ -358,21 +436,36 @@ def synthesize_with_llm(
             current = 1
             repairs = 0
             while True:
-                reply = await _chat(client, messages)
+                try:
+                    reply, cut = await _chat(client, start + last, max_tokens)
+                except LLMError as e:
+                    if e.status not in CONTENT_REFUSALS:
+                        raise
+                    ended = f"the model server refused the conversation: {e}"
+                    say(f"level {current} attempt {tries.count + 1}: {ended}")
+                    break
                 tries.count += 1
-                messages.append({"role": "assistant", "content": reply})
                 program = extract_program(reply)
+                answer: str | None = None
                 again = tries.repeated(program, current) if program else None
                 if again is not None:
                     say(f"level {current} attempt {tries.count}: the same program as before")
                     if tries.repeats > MAX_REPEATS:
                         ended = "the model sent a program it had already sent, again"
                         break
+                    answer = again
+                elif program is None and cut:
+                    say(f"level {current} attempt {tries.count}: cut at {max_tokens} tokens")
+                    answer = CUT.format(max_tokens=max_tokens)
+                if answer is not None:
                     repairs += 1
                     if repairs > config.max_repairs:
                         ended = f"no level-{current} program verified in {repairs} repairs"
                         break
-                    messages.append({"role": "user", "content": again})
+                    last = [
+                        {"role": "assistant", "content": reply},
+                        {"role": "user", "content": answer},
+                    ]
                     continue
                 result = (
                     run_program(program, sandbox)
@@ -398,15 +491,21 @@ def synthesize_with_llm(
                         break
                     current += 1
                     repairs = 0
-                    messages.append({"role": "user", "content": HARDER.format(level=current)})
+                    last = [
+                        {"role": "assistant", "content": reply},
+                        {"role": "user", "content": HARDER.format(level=current)},
+                    ]
                     continue
                 feedback = _feedback(result)
-                say(f"level {current} attempt {tries.count}: failed: {feedback.splitlines()[0]}")
+                say(f"level {current} attempt {tries.count}: failed: {feedback}")
                 repairs += 1
                 if repairs > config.max_repairs:
                     ended = f"no level-{current} program verified in {config.max_repairs} repairs"
                     break
-                messages.append({"role": "user", "content": tries.failed(program, feedback)})
+                last = [
+                    {"role": "assistant", "content": reply},
+                    {"role": "user", "content": tries.failed(program, feedback)},
+                ]
         finally:
             sandbox.close()
             await client.close()

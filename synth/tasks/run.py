@@ -5,8 +5,10 @@ Layout of an output folder (a run-store folder, `gemkit.runstore`):
     DIR/run.json         the settings; a resumed run with other ones is refused, naming them
     DIR/tasks.jsonl      one record per kept task (append + fsync, in id order)
     DIR/rejected.jsonl   ids tried and not kept (no task, or 0 passes in k tries), with why
-    DIR/progress.log     one line per event (each model reply in LLM mode, each task settled),
-                         to follow a run without a terminal: `tail -f DIR/progress.log`
+    DIR/progress.log     one record per event (each model reply in LLM mode, each task
+                         settled), to follow a run without a terminal: `tail -f DIR/progress.log`;
+                         a record is a timestamped line, and the further lines of a multi-line
+                         message (a repair's whole error) follow it indented
     DIR/db/<id>.sqlite   each task's database
     DIR/datasets/        the records as a Hugging Face `datasets` folder (at the end)
 
@@ -77,6 +79,8 @@ class RunConfig:
     model: str | None = None
     max_attempts: int | None = None
     max_repairs: int = 3
+    max_tokens: int = 1536  # the longest program reply asked of the model
+    timeout: float | None = None  # seconds the model server has per request (LLMClient's)
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -95,6 +99,8 @@ class RunConfig:
             raise TaskSynthesisError(
                 f"--executor must be 'process' or 'ray', got {self.executor!r}"
             )
+        if self.max_tokens < 1:
+            raise TaskSynthesisError(f"--max-tokens must be >= 1, got {self.max_tokens}")
         if self.llm and not self.model:
             raise TaskSynthesisError("--llm needs --model (the model name the server serves)")
         get_category(self.category)  # unknown names fail here, with the known ones listed
@@ -230,7 +236,7 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
             record, ended = synthesize_with_llm(
                 config, category, tid, db_path, rel, level, rng, note=note
             )
-        except GemkitError as e:  # the endpoint failed even after retries: stop, resumable
+        except GemkitError as e:  # the endpoint failed (down, too slow): stop, resumable
             db_path.unlink(missing_ok=True)
             raise TaskSynthesisError(
                 f"task {tid}: the LLM endpoint failed ({e}); the records so far are saved, "
@@ -267,7 +273,9 @@ def _llm_policy_factory(config: RunConfig) -> Callable[[int], Any]:
     from gemkit.llm import LLMClient, LLMPolicy
 
     def factory(i: int) -> Any:
-        client = LLMClient(base_url=config.llm, model=config.model, seed=config.seed + i)
+        client = LLMClient(
+            base_url=config.llm, model=config.model, seed=config.seed + i, timeout=config.timeout
+        )
         return LLMPolicy(client)
 
     return factory
@@ -307,13 +315,20 @@ def settings_of(config: RunConfig) -> dict[str, Any]:
         "llm": bool(config.llm),
         "model": config.model if config.llm else None,
         "max_repairs": config.max_repairs if config.llm else None,
+        "max_tokens": config.max_tokens if config.llm else None,
     }
 
 
-def append_progress(out: Path, line: str) -> None:
-    """Append a timestamped line to the run's progress log (one write: workers may share it)."""
+def append_progress(out: Path, message: str) -> None:
+    """Append a timestamped record to the run's progress log (one write: workers may share it).
+
+    A multi-line message is kept whole: its further lines follow, indented by four spaces.
+    """
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    append_log(out / PROGRESS_FILE, f"{stamp} {line}")
+    lines = message.strip("\n").splitlines() or [""]
+    append_log(
+        out / PROGRESS_FILE, "\n".join([f"{stamp} {lines[0]}", *(f"    {x}" for x in lines[1:])])
+    )
 
 
 # -- the run --------------------------------------------------------------------------------
@@ -373,6 +388,7 @@ def run_synthesis(
             "workers": config.workers,
             "executor": config.executor,
             "llm_url": config.llm,
+            "timeout": config.timeout,
         },
     )
     with store:

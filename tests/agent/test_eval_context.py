@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gemkit.cli import main as cli
 from gemkit.envs.games.guess_the_number import GuessTheNumberExpert
-from gemkit.llm import LLMClient, LLMPolicy
+from gemkit.llm import HeuristicTokenCounter, LLMClient, LLMPolicy
 from gemkit.registry import make
 from gemkit.rollout import run_episode
 from gemkit.testing import ScriptedOpenAIServer
@@ -42,23 +42,42 @@ def run_eval(srv: ScriptedOpenAIServer, out: Path, *extra: str) -> int:
     return cli([*args, "--concurrency", "1", "--out", str(out), *extra])
 
 
-def test_summaries_are_counted_and_not_cut_by_the_policy_budget(tmp_path):
-    with ScriptedOpenAIServer(model) as srv:
+PADDING = " ".join(["hmm"] * 100)
+
+
+def wordy_model(request: dict) -> str:
+    """100 words of thinking aloud, then the turn's number as the guess (8 turns: a long chat)."""
+    messages = request["messages"]
+    if messages[-1]["content"] == SUMMARY_PROMPT:
+        return SUMMARY
+    return f"{PADDING} {sum(m['role'] == 'user' for m in messages)}"
+
+
+def test_summaries_are_counted_and_have_their_own_budget_within_the_window(tmp_path):
+    # the summary request holds the whole chat: its budget is the window's room, never the
+    # 1024 --max-summary-tokens asks for past a 1000-token window, nor the policy's
+    with ScriptedOpenAIServer(wordy_model) as srv:
         code = run_eval(
-            srv, tmp_path, "--context", "summary", "--max-context", "120", "--max-tokens", "3"
+            srv, tmp_path, "--context", "summary", "--max-context", "1000", "--max-tokens", "150"
         )
         bodies = [r.body for r in srv.answered]
     assert code == 0
     summaries = [b for b in bodies if b["messages"][-1]["content"] == SUMMARY_PROMPT]
     moves = [b for b in bodies if b["messages"][-1]["content"] != SUMMARY_PROMPT]
     assert summaries and moves
-    assert {b["max_tokens"] for b in summaries} == {1024}
-    assert {b["max_tokens"] for b in moves} == {3}
+    assert {b["max_tokens"] for b in moves} == {150}
     episodes = rows(tmp_path)
     edits = [e for r in episodes for t in r["turns"] for e in t["info"].get("context_edits", [])]
     assert len(edits) == len(summaries), "every summary call is one recorded edit"
+    counter = HeuristicTokenCounter()  # the scripted server has no /tokenize
+    for body, edit in zip(summaries, edits, strict=True):
+        assert body["max_tokens"] == edit["summary_budget"]
+        assert 1 <= edit["summary_budget"] < 1024
+        assert counter.count_messages(body["messages"]) + body["max_tokens"] <= 1000
+        # the 14-word summary is whole where its budget holds it, cut and flagged where not
+        assert edit["summary_truncated"] is (edit["summary_budget"] < 14)
     notes = {e["inserted_messages"][0]["message"]["content"] for e in edits}
-    assert all(SUMMARY in n for n in notes) and not any(e["summary_truncated"] for e in edits)
+    assert all(SUMMARY[:9] in n for n in notes)  # whole, or cut at its budget
     for r in episodes:
         policy = sum(
             t["usage"]["prompt_tokens"] + t["usage"]["completion_tokens"] for t in r["turns"]
@@ -73,7 +92,8 @@ def test_summaries_are_counted_and_not_cut_by_the_policy_budget(tmp_path):
             len(t["info"].get("context_edits", [])) for t in r["turns"]
         )
     stats = json.loads((tmp_path / "summary.json").read_text())[ENV]
-    assert stats["mean_summary_tokens"] > 0 and stats["summaries_truncated"] == 0
+    assert stats["mean_summary_tokens"] > 0
+    assert stats["summaries_truncated"] == sum(e["summary_truncated"] for e in edits)
 
 
 def test_discard_on_an_env_without_tools_warns_in_the_run(tmp_path, capsys):

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
+from aiohttp import web
 
 from gemkit.errors import GemkitError
 from gemkit.llm import LLMClient, LLMConfigError, LLMError, Message, ToolCall
+from gemkit.llm.client import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TIMEOUT,
+    ContextWindowError,
+    LLMTimeoutError,
+)
 from gemkit.testing import Fault, Reply, ScriptedOpenAIServer
 
 FAST = {"backoff_base": 0.01, "backoff_max": 0.05}
@@ -16,6 +27,39 @@ FAST = {"backoff_base": 0.01, "backoff_max": 0.05}
 
 def client_for(srv: ScriptedOpenAIServer, **kwargs) -> LLMClient:
     return LLMClient(base_url=srv.base_url, model="test-model", **{**FAST, **kwargs})
+
+
+REAL = Path(__file__).parents[1] / "data" / "real-model"
+
+
+def recorded_probes(probe: str) -> list[dict]:
+    """The answers real servers gave to one probe of `record_probes.py` (vLLM, llama.cpp)."""
+    rows = []
+    for path in sorted(REAL.glob("*-probes.jsonl")):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            if row["probe"] == probe:
+                rows.append(row)
+    return rows
+
+
+WINDOW_REFUSALS = [r["response"] for r in recorded_probes("over_window")]
+
+
+@contextlib.asynccontextmanager
+async def one_route_server(path: str, handler) -> AsyncIterator[str]:
+    """A real aiohttp server on 127.0.0.1 answering `path` with `handler`; its /v1 base URL."""
+    app = web.Application()
+    app.router.add_post(path, handler)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    await web.SockSite(runner, sock).start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    finally:
+        await runner.cleanup()
 
 
 def echo(body: dict) -> str:
@@ -107,7 +151,8 @@ async def test_sampling_params_defaults_and_extra_body_reach_the_server():
         "top_k": 20,
     }
     assert second["temperature"] == 1.0
-    assert "top_p" not in second and "max_tokens" not in second
+    assert "top_p" not in second
+    assert second["max_tokens"] == DEFAULT_MAX_TOKENS  # the client's bound, unless a call says
 
 
 async def test_n_samples_come_back_as_choices():
@@ -144,16 +189,99 @@ async def test_transient_failure_is_retried_and_answered_once(kind):
     assert client.num_retries == 2
 
 
-async def test_slow_reply_times_out_and_the_retry_gets_the_answer():
-    slow = Fault("slow", delay=0.6)
+async def test_an_accepted_request_left_unanswered_is_not_sent_again():
+    # a slow server that took the request is still working on it: a retry would queue the
+    # same work from scratch behind it; the error says which setting gives it more time
+    slow = Fault("slow", delay=2.0)
     async with (
         ScriptedOpenAIServer(["ok"], faults={1: slow}) as srv,
-        client_for(srv, timeout=0.15) as client,
+        client_for(srv, timeout=0.2) as client,
     ):
-        response = await client.chat([{"role": "user", "content": "x"}])
-    assert response.content == "ok"
-    assert response.attempts == 2
-    assert len(srv.answered) == 1
+        with pytest.raises(LLMTimeoutError) as err:
+            await client.chat([{"role": "user", "content": "x"}])
+    message = str(err.value)
+    assert "accepted it and sent no answer within 0.2 s" in message
+    assert "--timeout" in message and "GEMKIT_TIMEOUT" in message
+    assert "\n" not in message
+    assert err.value.attempts == 1
+    assert len(srv.chat_requests) == 1
+    assert client.num_retries == 0
+
+
+async def test_a_timeout_after_a_retried_failure_counts_every_attempt():
+    faults = {1: "server_error", 2: Fault("slow", delay=2.0)}
+    async with (
+        ScriptedOpenAIServer(["ok"], faults=faults) as srv,
+        client_for(srv, timeout=0.2) as client,
+    ):
+        with pytest.raises(LLMTimeoutError) as err:
+            await client.chat([{"role": "user", "content": "x"}])
+    assert err.value.attempts == 2
+    assert [r.fault for r in srv.chat_requests] == ["server_error", "slow"]
+
+
+async def test_a_call_timeout_overrides_the_clients_and_a_slow_reply_within_it_arrives():
+    slow = Fault("slow", delay=0.3)
+    async with (
+        ScriptedOpenAIServer(["ok"], faults={1: slow}) as srv,
+        client_for(srv, timeout=0.05) as client,
+    ):
+        response = await client.chat([{"role": "user", "content": "x"}], timeout=30)
+    assert (response.content, response.attempts) == ("ok", 1)
+
+
+def test_the_timeout_comes_from_the_argument_then_the_env_var_then_the_default(monkeypatch):
+    monkeypatch.delenv("GEMKIT_TIMEOUT", raising=False)
+    base = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    assert LLMClient(**base).timeout == DEFAULT_TIMEOUT
+    monkeypatch.setenv("GEMKIT_TIMEOUT", "900")
+    assert LLMClient(**base).timeout == 900.0
+    assert LLMClient(**base, timeout=5).timeout == 5.0
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-3", "inf", "nan"])
+def test_a_bad_timeout_env_var_is_a_one_line_config_error(monkeypatch, value):
+    monkeypatch.setenv("GEMKIT_TIMEOUT", value)
+    with pytest.raises(LLMConfigError, match="GEMKIT_TIMEOUT") as err:
+        LLMClient(base_url="http://127.0.0.1:9/v1", model="m")
+    assert "\n" not in str(err.value)
+
+
+def test_a_bad_timeout_or_max_tokens_argument_is_a_config_error(monkeypatch):
+    monkeypatch.delenv("GEMKIT_TIMEOUT", raising=False)
+    base = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    with pytest.raises(LLMConfigError, match="timeout= must be a number of seconds > 0"):
+        LLMClient(**base, timeout=0)
+    with pytest.raises(LLMConfigError, match="max_tokens must be a whole number >= 1"):
+        LLMClient(**base, max_tokens=0)
+
+
+async def test_a_connect_that_fails_is_retried_and_says_so():
+    # nothing listens on port 9: the connection is refused before any request is sent
+    client = LLMClient(base_url="http://127.0.0.1:9/v1", model="m", max_retries=2, **FAST)
+    with pytest.raises(LLMError, match="failed after 3 attempts: connection error") as err:
+        await client.chat([{"role": "user", "content": "x"}])
+    await client.close()
+    assert not isinstance(err.value, LLMTimeoutError)
+    assert client.num_retries == 2
+
+
+async def test_a_request_over_the_context_window_is_a_context_window_error_not_retried():
+    # the error bodies of real servers (tests/data/real-model/vllm-probes.jsonl and
+    # llama-cpp-probes.jsonl): a request that does not fit, refused with HTTP 400
+    assert WINDOW_REFUSALS, "no recorded over-window refusal under tests/data/real-model"
+    for body in WINDOW_REFUSALS:
+
+        async def refuse(request: web.Request, body: dict = body) -> web.Response:
+            return web.json_response(body, status=400)
+
+        async with one_route_server("/v1/chat/completions", refuse) as url:
+            client = LLMClient(base_url=url, model="m", **FAST)
+            with pytest.raises(ContextWindowError, match="does not fit the model's context") as e:
+                await client.chat([{"role": "user", "content": "x"}])
+            await client.close()
+        assert e.value.status == 400 and e.value.attempts == 1
+        assert client.num_attempts == 1
 
 
 async def test_retry_after_header_sets_the_wait():
@@ -279,12 +407,25 @@ def test_scripted_server_rejects_an_unknown_fault_kind():
         ScriptedOpenAIServer([], faults={1: "explode"})
 
 
-async def test_no_sampling_parameter_is_sent_unless_given():
-    # the server's own defaults apply: the client invents no temperature
+async def test_no_sampling_parameter_is_sent_unless_given_only_the_reply_bound():
+    # the server's own sampling defaults apply: the client invents no temperature, but it
+    # bounds every reply (a weak model can write to the end of its window)
     async with ScriptedOpenAIServer(["a"]) as srv, client_for(srv) as client:
         await client.chat([{"role": "user", "content": "x"}])
     body = srv.chat_requests[0].body
-    assert set(body) == {"model", "messages"}
+    assert set(body) == {"model", "messages", "max_tokens"}
+    assert body["max_tokens"] == DEFAULT_MAX_TOKENS
+
+
+async def test_max_tokens_none_sends_no_bound_and_a_client_bound_applies_to_every_call():
+    async with ScriptedOpenAIServer(["a", "b"]) as srv:
+        async with client_for(srv, max_tokens=None) as client:
+            await client.chat([{"role": "user", "content": "x"}])
+        async with client_for(srv, max_tokens=64) as client:
+            await client.chat([{"role": "user", "content": "y"}])
+    first, second = (r.body for r in srv.chat_requests)
+    assert "max_tokens" not in first
+    assert second["max_tokens"] == 64
 
 
 async def test_cached_prompt_tokens_are_read_and_summed():

@@ -94,7 +94,8 @@ def test_eval_resume_with_another_model_is_refused_and_each_episode_names_its_pl
         assert "temperature: 0.5 there, None now" in capsys.readouterr().out
     rows = [json.loads(x) for x in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     assert [r["policy"] for r in rows] == [
-        {"name": "llm", "model": "model-a", "temperature": 0.5, "max_tokens": None, "seed": None}
+        # max_tokens: the bound every request carried (the client's default, --max-tokens)
+        {"name": "llm", "model": "model-a", "temperature": 0.5, "max_tokens": 2048, "seed": None}
     ] * 2
     manifest = json.loads((tmp_path / "run.json").read_text())
     assert manifest["settings"]["model"] == "model-a" and manifest["kind"] == "eval"

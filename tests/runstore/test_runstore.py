@@ -320,3 +320,30 @@ def test_a_hand_written_file_without_a_final_newline_keeps_its_last_record(tmp_p
     assert [r["k"] for _, r in read_lines(path)] == [0, 1]
     path.write_bytes(b'{"k": 0}\n{"k": 1, "v": [1, 2')
     assert [r["k"] for _, r in read_lines(path)] == [0]
+
+
+def test_a_failure_a_resume_settled_leaves_the_failure_file_when_the_run_ends(tmp_path):
+    with store(tmp_path) as s:
+        s.fail({"k": 0, "error": "timed out"}, "timed out")
+        s.fail({"k": 1, "error": "timed out"}, "timed out")
+        s.append("results.jsonl", {"k": 2})
+    with store(tmp_path) as s:  # the resume: k 0 succeeds now, k 1 fails again
+        s.append("results.jsonl", {"k": 0})
+        s.fail({"k": 1, "error": "still down"}, "still down")
+    lines = [json.loads(x) for x in (tmp_path / "failures.jsonl").read_text().splitlines()]
+    assert lines == [{"k": 1, "error": "timed out"}, {"k": 1, "error": "still down"}]
+    with store(tmp_path) as s:
+        assert [r["k"] for r in s.records("failures.jsonl")] == [1, 1]
+        s.append("results.jsonl", {"k": 1})
+    assert not (tmp_path / "failures.jsonl").exists(), "nothing left to do, nothing to show"
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]
+
+
+def test_failures_no_later_try_settled_are_left_byte_for_byte(tmp_path):
+    with store(tmp_path) as s:
+        s.fail({"k": 0, "x": 1.0}, "down")
+        s.append("results.jsonl", {"k": 1})
+    before = (tmp_path / "failures.jsonl").read_bytes()
+    with store(tmp_path) as s:
+        s.append("results.jsonl", {"k": 2})
+    assert (tmp_path / "failures.jsonl").read_bytes() == before

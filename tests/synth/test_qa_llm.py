@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import re
 
-from gemkit.synth.qa.llm import parse_reply
+import pytest
+
+from gemkit.synth.qa.llm import parse_reply, read_reply
 from gemkit.synth.qa.run import RunConfig, read_records, run
 from gemkit.testing import ScriptedOpenAIServer
 
@@ -93,6 +95,29 @@ def test_unusable_replies_are_refused_by_the_parser():
     assert parse_reply("no json here", 3) is None
 
 
+@pytest.mark.parametrize(
+    ("reply", "options", "why"),
+    [  # replies of the real Qwen2.5-Coder-0.5B (tests/data/real-model/synth-qa-exchanges.jsonl)
+        (
+            'Mark: The book set in Feflesvik is "Songs of Drefeigrus" and it has 719 pages.',
+            4,
+            'it holds no JSON object {"choice": <option number>, "question": "..."}',
+        ),
+        ('{"choice": "INJECT", "question": "Which book has 334 pages?"}', 4,
+         'its "choice" is "INJECT", not an option number'),
+        ('{"choice": "2004", "question": "Which railway opened in 2004?"}', 4,
+         "choice 2004 is not one of the options 1-4"),
+        ('{"question": "Which city?"}', 3, 'its JSON has no "choice"'),
+        ('{"choice": 1, "question": ""}', 3, 'its "question" is empty'),
+        ('{"choice": 1 "question" x}', 3,
+         'its JSON is invalid (Expecting \',\' delimiter at column 14) and no "choice" and '
+         '"question" fields could be read from it'),
+    ],
+)  # fmt: skip
+def test_an_unusable_reply_is_told_what_was_wrong(reply, options, why):
+    assert read_reply(reply, options) == why
+
+
 def drifting_model(body: dict) -> str:
     """Applies option 1, then asks for a city and names an entity the form never mentions:
     the drift a real small model showed ("In which city did Pouharn Propim work for ...?")."""
@@ -124,3 +149,75 @@ def test_a_reply_with_unescaped_quotes_is_still_read():
     text = '{"choice": 5, "question": "In which city is the film "A Winter in Tor" set?"}'
     assert parse_reply(text, 6) == (4, 'In which city is the film "A Winter in Tor" set?')
     assert parse_reply('{"choice": "2", "question": "Which city?"', 3) == (1, "Which city?")
+
+
+class Log:
+    """A log file stand-in for stderr (not a terminal) that says when a line was written."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.text = ""
+        self.wrote = threading.Event()
+
+    def write(self, text: str) -> int:
+        self.text += text
+        if "synth qa:" in text:
+            self.wrote.set()
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_synth_qa_off_a_terminal_prints_progress_lines_while_the_model_is_slow(
+    tmp_path, monkeypatch
+):
+    import sys
+
+    import gemkit.cli.console as console_mod
+    from gemkit.cli import main as cli
+
+    log = Log()
+    monkeypatch.setattr(sys, "stderr", log)
+    monkeypatch.setattr(console_mod, "HEARTBEAT_S", 0.01)
+    model = rewriting_model()
+
+    def slow_model(body: dict) -> str:
+        # the model answers only once the run has said it is alive: a slow server, as
+        # llama.cpp on 2 cores, whose first reply took minutes with nothing printed
+        assert log.wrote.wait(120), "no progress line while the model was busy"
+        return model(body)
+
+    with ScriptedOpenAIServer(slow_model) as srv:
+        code = cli(["synth", "qa", "--llm", srv.base_url, "--model", "m", "-n", "1",
+                    "--world-size", "400", "--seed", "4", "--min-inject", "2", "--min-fuzz", "1",
+                    "--out", str(tmp_path)])  # fmt: skip
+    assert code == 0
+    beats = [x for x in log.text.splitlines() if x.startswith("synth qa:")]
+    shape = (
+        r"synth qa: (preparing .*|\d/1 kept, \d+ rejected after \d+ work items .*) \(\d+s elapsed\)"
+    )
+    assert beats and all(re.fullmatch(shape, x) for x in beats), beats[:3]
+
+
+def test_no_progress_line_on_a_terminal(monkeypatch):
+    import threading
+
+    from rich.console import Console
+
+    import gemkit.cli.console as console_mod
+
+    def beating() -> bool:
+        return any(t.name == "gemkit-heartbeat" for t in threading.enumerate())
+
+    log = Log()
+    with console_mod.heartbeat(lambda: "synth qa: x", every=60, stream=log):
+        assert beating(), "off a terminal (pytest captures stdout) the heartbeat runs"
+    monkeypatch.setattr(console_mod, "console", Console(force_terminal=True))
+    with console_mod.heartbeat(lambda: "synth qa: x", every=0.001, stream=log):
+        assert not beating(), "a terminal has the progress bar"
+    assert log.text == ""

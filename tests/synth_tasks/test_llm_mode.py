@@ -236,3 +236,120 @@ def test_an_unchanged_program_does_not_pass_as_a_harder_level(tmp_path):
 def test_attempts_are_at_most_three_per_task_kept():
     assert RunConfig(n=1).attempts == 3 and RunConfig(n=5).attempts == 15
     assert RunConfig(n=5, max_attempts=2).attempts == 2
+
+
+# -- slow and small servers: bounded replies, cut replies, refused conversations ----------------
+
+
+def over_window_refusals() -> list[dict]:
+    """What real vLLM and llama.cpp answered to a chat longer than the window (HTTP 400)."""
+    rows = [
+        json.loads(line)
+        for path in sorted(FIXTURES.glob("*-probes.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    found = [r for r in rows if r["probe"] == "over_window"]
+    assert found and all(r["status"] == 400 for r in found)
+    return found
+
+
+def test_every_request_is_bounded_and_holds_only_the_last_exchange(tmp_path):
+    first = fenced(LEVEL1.replace("def verify(db, answer):", "def check(db, answer):"))
+    second = fenced(LEVEL1.replace("def verify(db, answer):", "def checker(db, answer):"))
+    with ScriptedOpenAIServer([first, second, fenced(LEVEL1)]) as server:
+        summary = run_synthesis(llm_config(server, tmp_path, max_tokens=700))
+        bodies = [r.body for r in server.chat_requests]
+    assert len(summary.records) == 1
+    assert [b["max_tokens"] for b in bodies] == [700, 700, 700]
+    # system, the first ask, then the latest program and the answer to it: the conversation
+    # does not grow with every repair (a 4,096-token window held four 800-token programs)
+    assert [len(b["messages"]) for b in bodies] == [2, 4, 4]
+    assert bodies[2]["messages"][2]["content"] == second
+    assert "Compared with your previous program" in bodies[2]["messages"][3]["content"]
+
+
+def test_a_reply_cut_at_max_tokens_is_answered_with_a_request_for_a_shorter_program(tmp_path):
+    # the scripted server cuts a reply at max_tokens words, with finish_reason "length", as
+    # real servers do: the program's closing fence never comes
+    with ScriptedOpenAIServer(lambda body: fenced(LEVEL1)) as server:
+        summary = run_synthesis(llm_config(server, tmp_path, max_tokens=40))
+        asked = [r.body["messages"] for r in server.chat_requests]
+    assert summary.records == []
+    told = asked[1][-1]["content"]
+    assert told.startswith("Your reply was cut off at the 40-token limit before the program ended")
+    assert "no ```python block" not in told
+    log = (tmp_path / "progress.log").read_text()
+    assert "attempt 1: cut at 40 tokens" in log
+
+
+@pytest.mark.parametrize(
+    "refusal", over_window_refusals(), ids=lambda r: r["response"]["error"]["message"][:20]
+)
+def test_an_over_window_conversation_rejects_its_task_and_the_run_goes_on(tmp_path, refusal):
+    from gemkit.testing import Fault
+
+    reject = Fault("reject", status=refusal["status"], body=refusal["response"])
+    with ScriptedOpenAIServer([fenced(LEVEL1)], faults={1: reject}) as server:
+        config = llm_config(server, tmp_path, max_attempts=2)
+        summary = run_synthesis(config)
+        assert len(server.chat_requests) == 2
+        (rejected,) = [
+            json.loads(x) for x in (tmp_path / "rejected.jsonl").read_text().splitlines()
+        ]
+        assert "the model server refused the conversation" in rejected["reason"]
+        assert "context window" in rejected["reason"]
+        assert len(summary.records) == 1  # the next task was made
+        # a resume settles nothing again: the refused task is not replayed
+        again = run_synthesis(config)
+        assert len(server.chat_requests) == 2 and again.new == 0
+
+
+def test_tools_listed_as_names_is_named_before_the_sandbox_runs():
+    program = LEVEL1.replace(
+        "TOOLS = [list_items, get_price]", 'TOOLS = ["list_items", "get_price"]'
+    )
+    (problem,) = program_problems(program)
+    assert problem == (
+        "TOOLS (line 17) lists names as strings ('list_items', 'get_price'): list the tool "
+        "functions themselves, without quotes: TOOLS = [list_items, get_price]"
+    )
+
+
+def test_a_program_error_shows_the_programs_lines_not_the_harness():
+    # TOOLS built at run time (no static check can see it) and a tool that fails when called
+    names = LEVEL1.replace(
+        "TOOLS = [list_items, get_price]", 'TOOLS = [n for n in ("list_items",)]'
+    )
+    result = run_program(names)
+    assert result["error"] == (
+        "TypeError: TOOLS must list the tool functions themselves, TOOLS = [tool_a, tool_b]; "
+        "item 1 is the str 'list_items'"
+    )
+    assert "trace" not in result, "the harness's own lines mean nothing to the model"
+    broken = LEVEL1.replace(
+        'return [r[0] for r in db.execute("SELECT name FROM items ORDER BY name")]',
+        'return [r[0] for r in db.execute("SELECT nom FROM items")]',
+    )
+    result = run_program(broken)
+    assert result["error"].startswith("OperationalError: no such column: nom")
+    trace = result["trace"]
+    assert trace.startswith("Where (your program's lines, innermost last):")
+    assert (
+        'line 11, in list_items: return [r[0] for r in db.execute("SELECT nom FROM items")]'
+        in trace
+    )
+    assert "line 23, in solution: return min(tools.list_items()" in trace
+    assert "<string>" not in trace and "restrict.py" not in trace and "harness" not in trace
+
+
+def test_a_failed_attempt_keeps_its_whole_error_in_the_progress_log(tmp_path):
+    reply = recorded_program()  # several problems: a multi-line error
+    with ScriptedOpenAIServer(lambda body: reply) as server:
+        run_synthesis(llm_config(server, tmp_path))
+    log = (tmp_path / "progress.log").read_text().splitlines()
+    at = next(
+        i for i, line in enumerate(log) if "attempt 1: failed: the program cannot run:" in line
+    )
+    more = log[at + 1 : at + 5]
+    assert more and all(x.startswith("    - ") for x in more[:3])
+    assert any("missing verify" in x for x in more)

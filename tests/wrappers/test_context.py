@@ -334,7 +334,8 @@ def test_summary_by_an_llm_client_sync_and_async():
         env = stack(
             SummaryContext,
             summarizer=client,
-            max_context=20,
+            max_context=100,
+            trigger=0.2,
             prompt="SUMMARISE",
             template="{summary}",
         )
@@ -527,15 +528,17 @@ def test_a_client_summary_has_its_own_budget_and_records_its_usage():
         # the client's own default budget (for short policy moves) would cut the summary
         client = LLMClient(base_url=srv.base_url, model="m", max_tokens=3)
         env = stack(
-            SummaryContext, summarizer=client, max_context=20, max_summary_tokens=64,
-            template="{summary}",
+            SummaryContext, summarizer=client, max_context=100, trigger=0.2,
+            max_summary_tokens=64, template="{summary}",
         )  # fmt: skip
         env.reset()
         env.step(SEARCH)
         _, _, _, _, info = env.step(SEARCH)
         body = srv.answered[0].body
-    assert body["max_tokens"] == 64, "the summary call sends its own budget"
+    # its own budget, not the client's 3, and bounded: the summary after the task must stay
+    # under the trigger (20 tokens - 8 for the task and the note), the request in the window
     (edit,) = info["context_edits"]
+    assert body["max_tokens"] == edit["summary_budget"] == 12
     assert edit["inserted_messages"][0]["message"]["content"] == summary
     assert edit["summary_truncated"] is False
     prompt_words = sum(len((m["content"] or "").split()) for m in body["messages"])
@@ -546,8 +549,8 @@ def test_a_summary_cut_at_its_budget_is_kept_and_flagged():
     with ScriptedOpenAIServer(["a b c d e f g h"]) as srv:
         client = LLMClient(base_url=srv.base_url, model="m")
         env = stack(
-            SummaryContext, summarizer=client, max_context=20, max_summary_tokens=3,
-            template="{summary}",
+            SummaryContext, summarizer=client, max_context=100, trigger=0.2,
+            max_summary_tokens=3, template="{summary}",
         )  # fmt: skip
         env.reset()
         env.step(SEARCH)
@@ -576,6 +579,38 @@ def test_discard_with_plain_turns_acts_and_gives_no_warning():
     env.step("go")
     _, _, _, _, info = env.step("again")
     assert info["context_edits"] and "context_warnings" not in info
+
+
+def test_a_summary_budget_is_bounded_by_the_window_the_request_leaves():
+    # the request holds the chat (5 messages: 20 tokens) and the prompt (4): a 30-token window
+    # leaves 6 for the reply, whatever max_summary_tokens asks (it asked 1024 > the window)
+    with ScriptedOpenAIServer(["a b c d e f g h"]) as srv:
+        client = LLMClient(base_url=srv.base_url, model="m")
+        env = stack(SummaryContext, summarizer=client, max_context=30, trigger=0.6,
+                    template="{summary}")  # fmt: skip
+        env.reset()
+        env.step(SEARCH)
+        _, _, _, _, info = env.step(SEARCH)
+        body = srv.answered[0].body
+    (edit,) = info["context_edits"]
+    assert body["max_tokens"] == edit["summary_budget"] == 6
+    assert edit["summary_truncated"] is True
+
+
+def test_no_room_for_a_summary_asks_for_none_and_says_why():
+    with ScriptedOpenAIServer([]) as srv:
+        client = LLMClient(base_url=srv.base_url, model="m")
+        env = stack(SummaryContext, summarizer=client, max_context=20, template="{summary}")
+        env.reset()
+        env.step(SEARCH)
+        _, _, _, _, info = env.step(SEARCH)
+        assert srv.chat_requests == [], "a request over the window would be refused"
+    assert "context_edits" not in info
+    (warning,) = info["context_warnings"]
+    assert (
+        "no room for a summary: the request (24 tokens) fills the window (20)"
+        in (warning["reason"])
+    )
 
 
 def test_a_summary_that_leaves_the_chat_over_budget_warns():

@@ -297,3 +297,50 @@ def test_a_tool_wrapper_above_the_history_is_refused_with_the_right_order():
     wrong = ToolEnvWrapper(ChatHistory(Echo()), [lookup])
     with pytest.raises(ToolError, match=r"ChatHistory\(ToolEnvWrapper\(env\)\)"):
         wrong.reset()
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        '<tool_call>{"name": "lookup", "arguments": {"query": "x",}}</tool_call>',
+        '{"name": "lookup", "arguments": {"query": x}}',
+        '<tool_call>{"name": "lookup", "arguments": {"query": "x"}}',
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "srv-1", "type": "function",
+             "function": {"name": "lookup", "arguments": '{"query": x}'}}]},
+    ],
+    ids=["hermes-bad-json", "bare-bad-json", "unclosed", "native-bad-arguments"],
+)  # fmt: skip
+def test_a_malformed_call_keeps_what_the_model_wrote_as_json_arguments(action):
+    obs = tool_chat().step(action)[0]
+    (call,) = obs[1]["tool_calls"]
+    arguments = json.loads(call["function"]["arguments"])  # still JSON: servers parse it
+    assert set(arguments) == {"unparsed"} and arguments["unparsed"]
+    wrote = action if isinstance(action, str) else action["tool_calls"][0]["function"]["arguments"]
+    assert wrote[:20] in arguments["unparsed"]
+    assert obs[2]["role"] == "tool" and obs[2]["content"].startswith("Error:")
+    assert tool_pairing_errors(obs) == []
+
+
+def test_real_servers_take_the_unparsed_form_where_llama_cpp_refuses_the_raw_text():
+    from pathlib import Path
+
+    real = Path(__file__).parents[1] / "data" / "real-model"
+    rows = {
+        (kind, r["probe"]): r
+        for kind in ("vllm", "llama-cpp")
+        for r in map(json.loads, (real / f"{kind}-probes.jsonl").read_text().splitlines())
+    }
+    assert rows["llama-cpp", "raw_arguments"]["status"] == 500  # the next request would fail
+    assert rows["llama-cpp", "unparsed_arguments"]["status"] == 200
+    assert rows["vllm", "unparsed_arguments"]["status"] == 200
+    # vLLM renders text that is not JSON as {}: 27 tokens fewer, what the model wrote is gone
+    assert (
+        rows["vllm", "raw_arguments"]["response"]["count"]
+        < (rows["vllm", "unparsed_arguments"]["response"]["count"])
+    )
+    sent = rows["llama-cpp", "unparsed_arguments"]["request"]["messages"][1]["tool_calls"][0]
+    wrote = json.loads(sent["function"]["arguments"])["unparsed"]
+    obs = tool_chat().step(wrote.replace("python", "lookup"))[0]
+    recorded = json.loads(obs[1]["tool_calls"][0]["function"]["arguments"])
+    assert recorded == {"unparsed": wrote.replace("python", "lookup")}
