@@ -140,6 +140,14 @@ class Args:
     top_k: int = field(default=-1, metadata={"help": "sample among the k likeliest (-1: off)"})
     min_p: float = field(default=0.0, metadata={"help": "drop tokens below min_p x the top's"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata={"help": "recompute activations in the backward pass (less memory, more time)"},
+    )
+    freeze_embeddings: bool = field(
+        default=False,
+        metadata={"help": "train without the vocabulary matrices (input and output embeddings)"},
+    )
     seed: int = field(default=0, metadata={"help": "seed for torch, the model and the envs"})
     threads: int = field(
         default=0, metadata={"help": "torch CPU threads (0: 1 with --tiny, else torch's default)"}
@@ -418,6 +426,27 @@ def rows_of(groups: list[Group], args: Args) -> list[Row]:
     return rows
 
 
+def prepare_learner(model, args: Args) -> None:
+    """What the memory flags change: recomputed activations, frozen vocabulary matrices.
+
+    On a CPU a learner step of a 0.5B model holds its fp32 weights (2 GB), their gradients (2
+    GB), AdamW's two moments (4 GB) and the activations (about 3 GB for 1,000 tokens).
+    Checkpointing keeps only each layer's input; freezing the embeddings drops their share of
+    the gradients and moments (for Qwen2.5-0.5B, whose two vocabulary matrices are 55% of its
+    parameters, 3.3 GB). Neither changes a log-prob: the server's weights stay the learner's.
+    """
+    if args.gradient_checkpointing:
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2's name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if args.freeze_embeddings:
+        for layer in (model.get_input_embeddings(), model.get_output_embeddings()):
+            if layer is not None:
+                layer.weight.requires_grad_(False)
+
+
 def learn(model, optimizer, tokenizer, rows: list[Row], args: Args) -> dict[str, float]:
     """One pass of importance-corrected policy-gradient steps over the rows."""
     model.train()
@@ -466,7 +495,8 @@ async def train(args: Args, model, tokenizer, server, sampling: SamplingParams) 
     out = Path(args.out)
     headers = auth_headers(args.token)
     # foreach=False: no temporary copy of every parameter at once (2 GB for a 0.5B model)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0, foreach=False)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=args.lr, weight_decay=0.0, foreach=False)
     version = 0  # the learner's policy version: the server holds these weights
     ready: asyncio.Queue[Group] = asyncio.Queue()
     seeds = itertools.count(args.seed * 1_000_003)
@@ -659,6 +689,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     except (GemkitError, OSError) as e:
         raise SystemExit(f"error: {e}") from None
     model.to(args.device or ("cuda" if torch.cuda.is_available() else "cpu")).eval()
+    prepare_learner(model, args)
     server = start_server(args, model, tokenizer)  # before any thread or event loop starts
     # The learner thread and the rollout loop share the GIL: a short switch interval hands it
     # back to the learner's many small torch calls quickly (about 25% faster on --tiny).

@@ -60,13 +60,15 @@ class SampledTokens:
     `prompt_ids` is the whole context the server conditioned on, when it reports it;
     `logprobs[j]` is the log-probability of `completion_ids[j]` under the sampling
     distribution (None when the server sent none); `version` is the policy version of the
-    weights that sampled it, when the server says.
+    weights that sampled it, when the server says; `finish_reason` is why it ended (`stop`,
+    `length`), when the server says.
     """
 
     completion_ids: list[int]
     logprobs: list[float] | None = None
     prompt_ids: list[int] | None = None
     version: int | None = None
+    finish_reason: str | None = None
 
 
 def chat_logprobs(tokens: Sequence[str], logprobs: Sequence[float]) -> dict[str, Any]:
@@ -209,7 +211,20 @@ def from_completion_choice(choice: Mapping[str, Any], body: Mapping[str, Any]) -
             logprobs = _logprobs(values, f"{where} token_logprobs")
     ids, logprobs = _paired(ids, tokens, logprobs, where)
     prompt = choice.get("prompt_token_ids", body.get("prompt_token_ids"))
-    return SampledTokens(ids, logprobs, _optional_ids(prompt, "prompt_token_ids"), _version(body))
+    return SampledTokens(
+        ids,
+        logprobs,
+        _optional_ids(prompt, "prompt_token_ids"),
+        _version(body),
+        _reason(choice.get("finish_reason")),
+    )
+
+
+def _reason(value: Any) -> str | None:
+    """A finish reason as a string (SGLang's is an object with a `type`)."""
+    if isinstance(value, Mapping):
+        value = value.get("type")
+    return value if isinstance(value, str) else None
 
 
 def _llama_cpp_content(content: list[Any], where: str) -> tuple[list[int], list[float]]:
@@ -251,4 +266,6 @@ def from_sglang(body: Mapping[str, Any], prompt_ids: Sequence[int] | None = None
     ids = _optional_ids(body.get("output_ids"), "output_ids")
     ids, logprobs = _paired(ids, tokens, logprobs, "the SGLang answer")
     prompt = list(prompt_ids) if prompt_ids is not None else None
-    return SampledTokens(ids, logprobs, prompt, _version(body, meta))
+    return SampledTokens(
+        ids, logprobs, prompt, _version(body, meta), _reason(meta.get("finish_reason"))
+    )

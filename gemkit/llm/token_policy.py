@@ -250,6 +250,7 @@ class TokenPolicy:
         self.extra = extra
         self.context: list[int] = []
         self.last_tokens: TurnTokens | None = None
+        self.last_finish_reason: str | None = None
         self._last_completion: list[int] = []
 
     @property
@@ -261,6 +262,7 @@ class TokenPolicy:
         """Start a new episode: an empty context."""
         self.context = []
         self.last_tokens = None
+        self.last_finish_reason = None
         self._last_completion = []
 
     async def act(self, observation: Observation) -> str:
@@ -298,6 +300,7 @@ class TokenPolicy:
             continues=bool(self.context),
             sampling=sampling_record(self.params, kind, self.extra),
         )
+        self.last_finish_reason = sampled.finish_reason
         self._last_completion = list(sampled.completion_ids)
         self.context = context + self._last_completion
         return self.tokenizer.decode(sampled.completion_ids, skip_special_tokens=True)

@@ -220,3 +220,25 @@ def test_async_grpo_refuses_sampling_it_cannot_recompute(example):
         trainer.main(["--tiny", "--top-p", "1.5"])
     with pytest.raises(SystemExit, match="greedily"):
         trainer.main(["--tiny", "--temperature", "0"])
+
+
+def test_the_memory_flags_change_what_is_trained_not_what_is_computed(example, tmp_path):
+    trainer = example("async_grpo")
+    history = trainer.main(
+        ["--tiny", "--env", "toy:Copy-v0", "--steps", "2", "--num-groups", "2", "--in-flight", "8",
+         "--gradient-checkpointing", "--freeze-embeddings", "--no-progress", "--out", str(tmp_path / "run")]
+    )  # fmt: skip
+    assert [h["step"] for h in history] == [1, 2]
+    from gemkit.train.tiny import tiny_policy
+
+    start, _ = tiny_policy("toy:Copy-v0", seed=0)
+    from transformers import AutoModelForCausalLM
+
+    final = AutoModelForCausalLM.from_pretrained(tmp_path / "run" / "final")
+    # the vocabulary matrix (tied in the tiny model) did not move; the layers did
+    assert torch.equal(final.get_input_embeddings().weight, start.get_input_embeddings().weight)
+    moved = [
+        name for name, p in final.named_parameters()
+        if "embed" not in name and not torch.equal(p, start.state_dict()[name])
+    ]  # fmt: skip
+    assert moved

