@@ -28,5 +28,5 @@ for _level, _kwargs in LEVELS.items():
             f"a quest of {_kwargs['quest_length']} actions (needs gemkit[textworld])."
         ),
         tags=("textworld", "text-adventure", "single-player"),
-        expert="gemkit.envs.textworld.env:TextWorldExpert",
+        expert="gemkit.envs.textworld.walkthroughs:WalkthroughExpert",
     )

@@ -25,14 +25,8 @@ import numpy as np
 
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.textworld.commands import clean_command
-from gemkit.envs.textworld.games import (
-    World,
-    build,
-    import_textworld,
-    remember_walkthrough,
-    walkthrough_for,
-)
-from gemkit.policy import SyncPolicy
+from gemkit.envs.textworld.games import World, build, import_textworld
+from gemkit.envs.textworld.walkthroughs import remember_walkthrough
 
 _ART = re.compile(r"^[ $|\\/_<>]*$")
 # the interpreter's status line after some replies: `>   -= Bedroom =-0/2` (room, score/moves)
@@ -175,29 +169,3 @@ class TextWorldEnv(Env):
             with contextlib.suppress(Exception):
                 self._tw.close()
             self._tw = None
-
-
-class TextWorldExpert(SyncPolicy):
-    """Plays the walkthrough TextWorld wrote for the game (an oracle, as `code:`'s expert is).
-
-    It knows the game by its first observation: the walkthrough of every game built on this
-    machine is indexed by it (`games.remember_walkthrough`).
-    """
-
-    def __init__(self, **_: Any):
-        self.plan: tuple[str, ...] = ()
-        self.i = 0
-
-    def reset(self) -> None:
-        """Forget the game."""
-        self.plan, self.i = (), 0
-
-    def choose(self, observation: str) -> str:
-        """The next walkthrough command; `look` when the game is not known."""
-        plan = walkthrough_for(observation)
-        if plan is not None:  # a new episode's first observation
-            self.plan, self.i = plan, 0
-        if self.i >= len(self.plan):
-            return "look"
-        self.i += 1
-        return self.plan[self.i - 1]

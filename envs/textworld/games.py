@@ -10,8 +10,6 @@ on any machine (TextWorld's own seeded generator: `tw-make custom --seed`).
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
 import tempfile
@@ -120,42 +118,3 @@ def build(world: World, seed: int, folder: Path | None = None) -> Game:
         os.replace(built, story)
         os.replace(scratch, sidecar)
     return _game_of(story, meta)
-
-
-# --- the walkthrough index: how the expert finds a game from what it is shown ---------------
-
-
-def intro_key(observation: str) -> str:
-    """A key for a game's first observation (the expert looks its walkthrough up by it)."""
-    return hashlib.sha256(observation.strip().encode()).hexdigest()[:32]
-
-
-_WALKTHROUGHS: dict[str, tuple[str, ...]] = {}
-
-
-def remember_walkthrough(observation: str, walkthrough: tuple[str, ...]) -> None:
-    """Record that the game opening with `observation` is won by `walkthrough`."""
-    key = intro_key(observation)
-    if _WALKTHROUGHS.get(key) == walkthrough:
-        return
-    _WALKTHROUGHS[key] = walkthrough
-    index = cache_dir("textworld") / "intros"
-    with contextlib.suppress(OSError):  # the in-process index still has it
-        index.mkdir(parents=True, exist_ok=True)
-        scratch = index / f".{key}.{os.getpid()}"
-        scratch.write_text(json.dumps(list(walkthrough)))
-        os.replace(scratch, index / f"{key}.json")
-
-
-def walkthrough_for(observation: str) -> tuple[str, ...] | None:
-    """The walkthrough of the game that opens with `observation`, if one was built here."""
-    key = intro_key(observation)
-    if key in _WALKTHROUGHS:
-        return _WALKTHROUGHS[key]
-    path = cache_dir("textworld") / "intros" / f"{key}.json"
-    try:
-        walkthrough = tuple(json.loads(path.read_text()))
-    except (OSError, ValueError):
-        return None
-    _WALKTHROUGHS[key] = walkthrough
-    return walkthrough
