@@ -8,19 +8,13 @@ against OpenEnv's API alone) in gemkit's vectors and wrappers.
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 
 import gemkit
 
 pytest.importorskip("openenv.core", reason="needs gemkit[openenv]")
-uvicorn = pytest.importorskip("uvicorn")
 
 from openenv.core import (  # noqa: E402
     Action,
@@ -34,28 +28,6 @@ from openenv.core import (  # noqa: E402
 from gemkit.integrations.openenv import GemkitAction, GemkitEnvironment, openenv_app  # noqa: E402
 
 DOORS = "toy:Doors-v0"
-
-
-@contextmanager
-def serve(app) -> Iterator[str]:
-    """Run `app` with uvicorn on a free loopback port; yield its base URL."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
 
 
 def direct(env_id: str, seed: int, actions: list[str]) -> list[tuple]:
@@ -73,8 +45,8 @@ ACTIONS = ["a", "b", "c", "d"]
 
 
 @pytest.fixture(scope="module")
-def doors_url():
-    with serve(openenv_app(DOORS, max_concurrent_envs=4)) as url:
+def doors_url(serve_app):
+    with serve_app(openenv_app(DOORS, max_concurrent_envs=4)) as url:
         yield url
 
 
@@ -207,9 +179,9 @@ class CountTo(Environment):
         return self._state
 
 
-def test_an_env_written_for_openenv_plays_in_gemkit():
+def test_an_env_written_for_openenv_plays_in_gemkit(serve_app):
     app = create_app(CountTo, CountAction, CountObservation, max_concurrent_envs=2)
-    with serve(app) as url:
+    with serve_app(app) as url:
         env = gemkit.make("openenv:Remote-v0", base_url=url)
         obs, _ = env.reset()
         assert obs.startswith("Reach 5")
