@@ -71,3 +71,48 @@ def test_env_config_sets_the_id_for_every_row_and_make_kwargs_reach_make():
 def test_a_row_without_an_env_id_says_what_is_missing():
     with pytest.raises(ValueError, match="env_id"):
         GemkitTextEnv(env_config={}, extras={"seed": 0})
+
+
+GSM8K_ROWS = [
+    {
+        "prompt": [{"role": "user", "content": "6 * 7 = ? End with #### N"}],
+        "reward_spec": {"method": "rule", "ground_truth": "42"},
+    },
+    {
+        "prompt": [{"role": "user", "content": "2 + 2 = ? End with #### N"}],
+        "reward_spec": {"method": "rule", "ground_truth": "4"},
+    },
+]
+
+
+@pytest.mark.parametrize(
+    ("seed", "answer", "reward"), [(0, "#### 42", 1.0), (1, "#### 5", 0.0), (3, "#### 4", 1.0)]
+)
+def test_skyrl_gyms_own_gsm8k_env_plays_in_gemkit(seed, answer, reward):
+    env = gemkit.make("skyrl:Env-v0", env_class="gsm8k", rows=GSM8K_ROWS)
+    obs, info = env.reset(seed=seed)  # the seed picks the row (modulo the rows)
+    assert obs == GSM8K_ROWS[seed % 2]["prompt"][0]["content"] and info["row"] == seed % 2
+    obs, got, terminated, truncated, info = env.step(answer)  # scored by SkyRL's own gsm8k code
+    assert (got, terminated, info["success"]) == (reward, True, reward > 0)
+    assert env.step("#### 42")[1:3] == (0.0, True)  # after the end: nothing more is scored
+
+
+def test_a_gemkit_id_through_skyrl_and_back_plays_as_itself():
+    register_skyrl()
+    rows = skyrl_dataset("toy:Doors-v0", 2, seed=3)
+    vec = gemkit.make_vec("skyrl:Env-v0", 2, mode="sync", env_class="gemkit", rows=rows)
+    obs, _ = vec.reset(seed=[0, 1])
+    direct = [gemkit.make("toy:Doors-v0") for _ in range(2)]
+    assert obs == [direct[i].reset(seed=3 + i)[0] for i in range(2)]
+    out = vec.step(["a", "b"])
+    for i, action in enumerate("ab"):
+        expected = direct[i].step(action)
+        assert (out[1][i], bool(out[2][i])) == (expected[1], expected[2])
+        if not expected[2]:
+            assert out[0][i] == expected[0]
+    vec.close()
+
+
+def test_skyrl_family_without_rows_says_what_to_pass():
+    with pytest.raises(gemkit.GemkitError, match="env_class"):
+        gemkit.make("skyrl:Env-v0")
