@@ -18,6 +18,7 @@ NEEDS_ARGUMENTS = {
     "openenv:Remote-v0": "plays the user's own OpenEnv server (base_url=...)",
     "verifiers:Env-v0": "plays the verifiers taskset the user names (taskset=...)",
     "skyrl:Env-v0": "plays the user's SkyRL-gym env class over their rows (env_class=, rows=)",
+    "nemo_gym:Server-v0": "plays the user's NeMo Gym server over their rows (base_url=, rows=)",
 }
 #: GEM ids registered once GEM is imported that are not checked to run offline: its datasets
 #: (from the Hugging Face hub), word games (NLTK's list) and the ones GEM 0.1.0 itself breaks

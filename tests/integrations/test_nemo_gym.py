@@ -177,3 +177,40 @@ def test_a_step_without_a_session_is_refused_with_what_to_do(server):
     with pytest.raises(urllib.error.HTTPError) as e:
         Rollout(base).post("/step", {"action": "a"})
     assert e.value.code == 400 and "seed_session" in e.value.read().decode()
+
+
+def tool_call(action: str) -> str:
+    call = {"name": "step", "arguments": {"action": action}}
+    return f"<tool_call>{json.dumps(call)}</tool_call>"
+
+
+def test_the_nemo_gym_family_plays_a_resources_server_from_this_python(server):
+    base, rows = server
+    env = gemkit.make("nemo_gym:Server-v0", base_url=base, rows=rows)
+    direct = gemkit.make(ENV)
+    obs, info = env.reset(seed=1)  # row 1: seed 6
+    assert obs == direct.reset(seed=6)[0] and info["tools"][0]["name"] == "step"
+    total = 0.0
+    for action in "ab":
+        expected = direct.step(action)
+        obs, reward, terminated, _, _ = env.step(tool_call(action))
+        assert json.loads(obs)["observation"] == expected[0] and (reward, terminated) == (
+            0.0,
+            False,
+        )
+        total += expected[1]
+        if expected[2]:
+            break
+    else:
+        total += direct.step("c")[1]  # the final answer, played by verify
+    obs, reward, terminated, truncated, info = env.step("c")
+    assert (reward, terminated, info["success"]) == (total, True, total > 0)
+    assert info["verify"]["steps"] in (2, 3)
+
+
+def test_the_nemo_gym_family_answers_an_unknown_tool_with_the_tools_offered(server):
+    base, rows = server
+    env = gemkit.make("nemo_gym:Server-v0", base_url=base, rows=rows)
+    env.reset(seed=0)
+    obs, reward, terminated, _, info = env.step('{"name": "shell", "arguments": {}}')
+    assert "no tool 'shell'" in obs and "step" in obs and not terminated and "invalid" in info
