@@ -23,6 +23,7 @@ cannot be copied: `clone()` raises.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import urllib.request
@@ -211,6 +212,18 @@ class OpenEnvClientEnv(Env):
         raise GemkitError("an OpenEnv session lives on its server and cannot be cloned")
 
     def close(self) -> None:
-        """Close the connection (the server then closes the session's env)."""
+        """Close the session: ask the server to close it, then wait for it to hang up."""
         if self._client is not None:
-            self._run(self._client.disconnect())
+            self._run(self._disconnect())
+            self._client = None
+
+    async def _disconnect(self) -> None:
+        # OpenEnv's `disconnect()` hangs up right after its "close" message, and the server,
+        # closing the socket it was about to close, logs a traceback: let the server hang up
+        ws = getattr(self._client, "_ws", None)
+        if ws is None:
+            return
+        with contextlib.suppress(Exception):
+            await ws.send(json.dumps({"type": "close"}))
+            await asyncio.wait_for(ws.wait_closed(), 10)
+        await self._client.disconnect()
