@@ -97,8 +97,7 @@ class GemEnv(Env):
     ) -> ResetResult:
         """Start an episode with GEM's `reset(seed)` under this env's own random state."""
         super().reset(seed=seed)
-        with self.rng.active():
-            obs, info = self.gem_env.reset(seed=seed)
+        obs, info = self.rng.call(self.gem_env.reset, seed)
         self.done = False
         return obs, dict(info or {})
 
@@ -107,8 +106,7 @@ class GemEnv(Env):
         if self.done:
             return "The episode is over; call reset() to start a new one.", 0.0, True, False, {}
         try:
-            with self.rng.active():
-                obs, reward, terminated, truncated, info = self.gem_env.step(action)
+            obs, reward, terminated, truncated, info = self.rng.call(self.gem_env.step, action)
         except Exception as e:  # noqa: BLE001 - GEM raised on model input: end, never crash
             self.done = True
             error = _error_text(e)
