@@ -5,14 +5,23 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q
 # the CPU build of torch (a plain `torch` requirement could pull a multi-GB CUDA build)
 TORCH ?= torch==2.13.0
-TEST_EXTRAS ?= dev,rg,math,mcp,train,ray,gem,textarena
+TEST_EXTRAS ?= dev,rg,math,mcp,train,ray,gem,textarena,textworld,twx,scienceworld,openenv,skyrl
 # verl and OpenRLHF as tests/train/test_adapters.py runs them: the packages without their heavy
 # dependencies (CUDA, vLLM, deepspeed, pinned torch/transformers), plus the light ones their
 # agent APIs import. tensordict and pyvers go --no-deps too: pyvers pins packaging<26.
 TRAINERS ?= verl==0.9.1 openrlhf==0.11.2 tensordict==0.10.0 pyvers==0.1.0
 TRAINER_DEPS ?= orjson cachetools pylatexenc codetiming hydra-core fastapi cloudpickle importlib_metadata
+# verifiers the same way: it pins mcp==2.0.0 and openai<3, older than the ones the rest of the
+# suite runs on; these are the light packages verifiers.v1 imports (tests/integrations)
+VERIFIERS ?= verifiers==0.4.0
+VERIFIERS_DEPS ?= anthropic gepa httpx2 loguru msgpack 'prime-pydantic-config[toml]' prime-runs \
+	prime-sandboxes prime-tunnel pyzmq 'renderers[multimodal]' tenacity tomli-w
+# NeMo Gym needs Python >= 3.12 (and pins mcp<2): its own virtualenv, with gemkit, when a
+# python3.12 is on the machine (tests/integrations/test_nemo_gym.py runs its server there)
+NEMO_VENV ?= .venv-nemo
+NEMO_GYM ?= nemo-gym==0.4.0
 
-.PHONY: demo test live lint bench clean trainers
+.PHONY: demo test live lint bench clean trainers nemo
 
 $(VENV)/.demo-installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -27,7 +36,21 @@ $(VENV)/.test-installed: pyproject.toml setup.py
 	$(PIP) -e ".[$(TEST_EXTRAS)]"
 	$(PIP) --no-deps $(TRAINERS)
 	$(PIP) $(TRAINER_DEPS)
+	$(PIP) --no-deps $(VERIFIERS)
+	$(PIP) $(VERIFIERS_DEPS)
 	touch $@
+
+# a Python 3.12 for NeMo Gym: $(NEMO_PYTHON), else pyenv's, else python3.12 on the PATH
+# (the first that runs: a pyenv shim of a version not selected does not)
+$(NEMO_VENV)/.installed: pyproject.toml setup.py
+	py=""; for c in $${NEMO_PYTHON:-} /root/.pyenv/versions/3.12*/bin/python3.12 python3.12; do \
+	  if "$$c" -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null; then py=$$c; break; fi; \
+	done; \
+	if [ -z "$$py" ]; then echo "no Python 3.12 here: the NeMo Gym tests will skip"; exit 0; fi; \
+	test -x $(NEMO_VENV)/bin/python || "$$py" -m venv $(NEMO_VENV); \
+	$(NEMO_VENV)/bin/python -m pip install -q -e . "$(NEMO_GYM)" && touch $@
+
+nemo: $(NEMO_VENV)/.installed
 
 trainers: $(VENV)/.test-installed
 	$(PIP) --no-deps $(TRAINERS)
@@ -58,6 +81,7 @@ lint: $(VENV)/.test-installed
 bench: $(VENV)/.test-installed
 	$(PIP) gem-llm
 	$(PY) bench/envs.py
+	$(PY) bench/gem_family.py
 
 clean:
-	rm -rf $(VENV) demo-out build *.egg-info
+	rm -rf $(VENV) $(NEMO_VENV) demo-out build *.egg-info

@@ -19,6 +19,8 @@ packages, package_dir = _packages()
 setup(
     packages=packages,
     package_dir=package_dir,
+    # the verifiers taskset id `gemkit-verifiers`: verifiers imports it as a top-level module
+    py_modules=["gemkit_verifiers"],
     include_package_data=True,
     # the `__init__.pyi` stubs are read at import time: they list the lazy exports
     package_data={"": ["*.txt", "*.json", "*.jsonl", "*.sh", "*.yaml", "*.pyi", "data/*"]},

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import importlib
 import io
 from collections.abc import Iterator
 from typing import Any
@@ -27,7 +28,7 @@ import numpy as np
 
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.errors import GemkitError
-from gemkit.global_rng import PrivateGlobalRNG
+from gemkit.global_rng import PrivateGlobalRNG, privatize
 
 #: the message kinds a player is shown (not the echo of its own move)
 _SHOWN = ("PROMPT", "GAME_MESSAGE", "GAME_ADMIN", "GAME_BOARD", "GAME_ACTION_DESCRIPTION")
@@ -41,6 +42,7 @@ def import_textarena() -> Any:
         raise GemkitError(
             f"textarena: envs need TextArena: pip install 'gemkit[textarena]' ({e})"
         ) from e
+    privatize(["textarena"])
     return textarena
 
 
@@ -77,13 +79,16 @@ class TextArenaEnv(Env):
             raise GemkitError(f"TextArena has no env {ta_id!r}{hint}")
         self.ta_id = ta_id
         self.rng = PrivateGlobalRNG()
+        entry_point = ENV_REGISTRY[raw].entry_point
+        if isinstance(entry_point, str):  # its module's draws are private from the first one
+            importlib.import_module(entry_point.split(":", 1)[0])
         with self._calling():
             self.ta_env = ActionFormattingWrapper(ta.make(raw, **kwargs))
         self.done = False
 
     @contextlib.contextmanager
-    def _calling(self, *, numpy: bool = True) -> Iterator[None]:
-        with self.rng.active(numpy=numpy), contextlib.redirect_stdout(io.StringIO()):
+    def _calling(self) -> Iterator[None]:
+        with self.rng.active(), contextlib.redirect_stdout(io.StringIO()):
             yield
 
     def _observation(self) -> str:
@@ -112,8 +117,7 @@ class TextArenaEnv(Env):
         if self.done:
             return "The game is over; call reset() to start a new one.", 0.0, True, False, {}
         try:
-            # moves draw from `random` only (numpy's global state is seeded at reset)
-            with self._calling(numpy=False):
+            with self._calling():
                 done, step_info = self.ta_env.step(action if isinstance(action, str) else "")
                 obs = self._observation()
                 if done:

@@ -122,7 +122,8 @@ def test_the_registry_finds_every_family_through_entry_points():
     own = {n.partition(".")[0] for n in names}
     assert {
         "game", "math", "code", "qa", "rg", "toolworld", "terminal", "multiagent", "toy", "gem",
-        "textarena",
+        "textarena", "textworld", "twx", "scienceworld", "openenv", "verifiers", "skyrl",
+        "nemo_gym",
     } == own  # fmt: skip
     assert own <= families
     assert "BUILTIN_FAMILIES" not in vars(gemkit.registry)
