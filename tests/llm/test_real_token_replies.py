@@ -63,7 +63,7 @@ def test_a_recorded_vllm_sample_reads_as_ids_with_their_processed_log_probs():
     e = exchange("vllm-processed", "sample")
     choice = e["response"]["choices"][0]
     sampled = from_completion_choice(choice, e["response"])
-    assert sampled.completion_ids == choice["token_ids"] and len(sampled.completion_ids) >= 4
+    assert sampled.completion_ids == choice["token_ids"] and len(sampled.completion_ids) >= 2
     assert sampled.logprobs == choice["logprobs"]["token_logprobs"]
     assert sampled.prompt_ids == e["request"]["prompt"]  # vLLM conditioned on exactly these
     assert sampled.finish_reason in ("stop", "length")
