@@ -146,6 +146,9 @@ def test_a_long_episode_is_as_old_as_its_first_token():
 # -- the model server ------------------------------------------------------------------------
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 class Served:
     def __init__(self, token=None):
         self.engine = load_engine(tiny=ENV)
@@ -231,7 +234,7 @@ async def test_weights_cannot_be_pushed_without_the_token():
         ({"prompt": [True]}, "list of token ids or a string"),
         ({"prompt": []}, "empty"),
         ({"prompt": [1], "temperature": -1}, "'temperature' must be from 0"),
-        ({"prompt": [1], "top_p": 0.5}, "top_p and top_k are not supported"),
+        ({"prompt": [1], "top_p": 0.5}, "'top_p' 0.5 is not supported"),
         ({"max_tokens": 2}, "needs 'prompt'"),
     ],
 )
@@ -245,7 +248,7 @@ async def test_requests_past_the_servers_limits_get_a_one_line_400(body, said):
 async def test_malformed_json_and_nan_get_a_400_not_a_traceback():
     async with Served() as s:
         for raw in (b"{", b'{"prompt": [1], "temperature": NaN}', b"[" * 100_000, b"[1, 2]"):
-            code, text = await s.post("/v1/completions", data=raw)
+            code, text = await s.post("/v1/completions", data=raw, headers=JSON)
             assert code == 400, text
             assert "Traceback" not in text
 

@@ -37,7 +37,7 @@ class Served:
     """A `ModelServer` on a free 127.0.0.1 port of the test's event loop."""
 
     def __init__(self, **kwargs):
-        self.engine = load_engine(tiny=ENV)
+        self.engine = load_engine(tiny=ENV, names=["m"])  # the name the clients below ask for
         self.server = ModelServer(self.engine, **kwargs)
 
     async def __aenter__(self):
@@ -120,17 +120,20 @@ async def test_a_weight_update_is_versioned_and_changes_what_is_sampled():
         prompt = [3, 4, 5]
         _, before = await s.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": 1})  # fmt: skip
         new = load_engine(tiny=ENV, seed=1).model  # other weights, same architecture
-        status, out = await s.post("/update_weights?weight_version=3", data=state_bytes(new))
-        assert (status, out["weight_version"]) == (200, "3")
+        status, out = await s.post("/update_weights?weight_version=1", data=state_bytes(new))
+        assert (status, out["weight_version"]) == (200, "1")
         _, after = await s.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": 1})  # fmt: skip
-        assert after["weight_version"] == "3"
+        assert after["weight_version"] == "1"
         assert (
             after["choices"][0]["logprobs"]["token_logprobs"]
             != before["choices"][0]["logprobs"]["token_logprobs"]
         )
-        # versions only go up
-        status, out = await s.post("/update_weights?weight_version=3", data=state_bytes(new))
-        assert status == 409 and "greater than the current 3" in out["error"]
+        # versions go up one at a time: neither an old one nor a jump is taken
+        for version in (1, 3):
+            status, out = await s.post(f"/update_weights?weight_version={version}", data=state_bytes(new))  # fmt: skip
+            assert status == 409 and "must be the next version, 2" in out["error"]
+        status, out = await s.post("/update_weights", data=state_bytes(new))
+        assert (status, out["weight_version"]) == (200, "2")
 
 
 async def test_weights_from_disk_use_sglangs_request(tmp_path):
@@ -168,7 +171,7 @@ async def test_tokens_are_required_on_every_endpoint_when_set():
 
 
 def test_serve_model_runs_as_a_command_and_answers():
-    with ServerProcess(["--tiny", ENV]) as proc:
+    with ServerProcess(["--tiny", ENV, "--served-model-name", "m"]) as proc:
 
         async def ask():
             async with LLMClient(base_url=proc.url, model="m") as client:
@@ -269,14 +272,14 @@ async def test_a_json_body_over_max_body_is_refused_before_it_is_read_but_weight
         status, out = await s.post("/v1/completions", data=big, headers={"Content-Type": "application/json"})  # fmt: skip
         assert status == 413 and "65,536 bytes" in out["error"] and "--max-body-kb" in out["error"]
         assert "\n" not in out["error"]
-        status, out = await s.post("/v1/chat/completions", data=big)
+        status, out = await s.post("/v1/chat/completions", data=big, headers={"Content-Type": "application/json"})  # fmt: skip
         assert status == 413 and "--max-body-kb" in out["error"]
 
         async def chunks():  # no Content-Length: chunked transfer encoding
             for k in range(0, len(big), 8192):
                 yield big[k : k + 8192]
 
-        status, out = await s.post("/v1/completions", data=chunks())
+        status, out = await s.post("/v1/completions", data=chunks(), headers={"Content-Type": "application/json"})  # fmt: skip
         assert status == 413 and "--max-body-kb" in out["error"]
         weights = state_bytes(load_engine(tiny=ENV, seed=1).model)
         assert len(weights) > 64 * 1024
