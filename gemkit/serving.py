@@ -158,7 +158,36 @@ def json_error(status: int, message: str) -> Any:
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
-def error_middleware(endpoints: str) -> Any:
+#: the error types of OpenAI's (and vLLM's) error bodies, by status
+OPENAI_ERROR_TYPES = {
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    403: "PermissionDeniedError",
+    404: "NotFoundError",
+    408: "RequestTimeoutError",
+    409: "ConflictError",
+    413: "RequestEntityTooLargeError",
+    415: "UnsupportedMediaTypeError",
+    429: "RateLimitError",
+}
+
+
+def openai_error(status: int, message: str) -> Any:
+    """An aiohttp response in OpenAI's error shape, `{"error": {"message", "type", "param",
+    "code"}}`, which the official SDKs show in their exceptions."""
+    from aiohttp import web
+
+    kind = OPENAI_ERROR_TYPES.get(status, "InternalServerError" if status >= 500 else "Error")
+    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    return web.json_response(body, status=status, headers=headers)
+
+
+#: how a server writes an error answer: `json_error` or `openai_error`
+Render = Callable[[int, str], Any]
+
+
+def error_middleware(endpoints: str, render: Render = json_error) -> Any:
     """Turn every error into a one-line JSON answer; unknown routes list `endpoints`."""
     from aiohttp import web
 
@@ -167,16 +196,16 @@ def error_middleware(endpoints: str) -> Any:
         try:
             return await handler(request)
         except RequestError as e:
-            return json_error(e.status, e.message)
+            return render(e.status, e.message)
         except web.HTTPException as e:
             if e.status < 400:
                 raise
-            return json_error(e.status, f"{e.reason}; endpoints: {endpoints}")
+            return render(e.status, f"{e.reason}; endpoints: {endpoints}")
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
-            return json_error(500, "internal server error; the server log has the details")
+            return render(500, "internal server error; the server log has the details")
 
     return json_errors
 
@@ -311,15 +340,15 @@ def _routed(request: Any) -> bool:
     return getattr(info, "http_exception", None) is None
 
 
-def guard_middleware(guard: Guard) -> Any:
-    """A middleware that answers each request `guard` refuses with its one-line JSON error."""
+def guard_middleware(guard: Guard, render: Render = json_error) -> Any:
+    """A middleware that answers each request `guard` refuses with its one-line error."""
     from aiohttp import web
 
     @web.middleware
     async def guarded(request: web.Request, handler: Any) -> web.StreamResponse:
         refused = guard.check(request)
         if refused is not None:
-            return json_error(refused.status, refused.message)
+            return render(refused.status, refused.message)
         return await handler(request)
 
     guarded.guard = guard  # type: ignore[attr-defined]  # found by `run_app` to bind its name
@@ -327,10 +356,15 @@ def guard_middleware(guard: Guard) -> Any:
 
 
 def middlewares(
-    endpoints: str, token: str | None, *, bodies: Mapping[str, Iterable[str]] | None = None
+    endpoints: str,
+    token: str | None,
+    *,
+    bodies: Mapping[str, Iterable[str]] | None = None,
+    render: Render = json_error,
 ) -> list[Any]:
     """The middlewares of a gemkit API server: JSON errors, then the guard (`Guard`)."""
-    return [error_middleware(endpoints), guard_middleware(Guard(token, bodies or {}))]
+    guard = Guard(token, bodies or {})
+    return [error_middleware(endpoints, render), guard_middleware(guard, render)]
 
 
 def guard_of(app: Any) -> Guard | None:

@@ -42,6 +42,7 @@ from gemkit.serving import (
     BODY_TIMEOUT,
     RequestError,
     middlewares,
+    openai_error,
     preview,
     read_body,
     read_json_object,
@@ -399,7 +400,9 @@ class ModelServer:
         """The aiohttp application (its batching worker starts with it)."""
         app = web.Application(
             client_max_size=max(self.max_upload, self.limits.max_body),
-            middlewares=middlewares(ENDPOINTS, self.token, bodies={"/update_weights": (WEIGHTS,)}),
+            middlewares=middlewares(
+                ENDPOINTS, self.token, bodies={"/update_weights": (WEIGHTS,)}, render=openai_error
+            ),
         )
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)

@@ -192,7 +192,7 @@ async def test_malformed_weights_are_refused_and_the_served_weights_stay(make_bo
     async with Served() as s:
         before = {k: v.clone() for k, v in s.engine.model.state_dict().items()}
         code, text = await s.post("/update_weights", data=make_body(s.engine.model))
-        assert code == status and said in json.loads(text)["error"]
+        assert code == status and said in json.loads(text)["error"]["message"]
         assert s.engine.version == 0
         after = s.engine.model.state_dict()
         assert all(torch.equal(before[k], after[k]) for k in before)
@@ -241,8 +241,8 @@ async def test_weights_cannot_be_pushed_without_the_token():
 async def test_requests_past_the_servers_limits_get_a_one_line_400(body, said):
     async with Served() as s:
         code, text = await s.post("/v1/completions", json=body)
-    assert code == 400 and said in json.loads(text)["error"]
-    assert "Traceback" not in text and "\n" not in json.loads(text)["error"]
+    assert code == 400 and said in json.loads(text)["error"]["message"]
+    assert "Traceback" not in text and "\n" not in json.loads(text)["error"]["message"]
 
 
 async def test_malformed_json_and_nan_get_a_400_not_a_traceback():
