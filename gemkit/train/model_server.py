@@ -1,23 +1,29 @@
 """`gemkit serve model PATH`: a small OpenAI-protocol model server with token ids, log-probs
 and versioned weight updates, for CPU runs and tests (vLLM or SGLang on a GPU machine).
 
-Endpoints (JSON; every error a one-line `{"error"}` with a 4xx):
+Endpoints (JSON bodies sent as `application/json`; every error a one-line 4xx in OpenAI's
+shape, `{"error": {"message", "type", "param", "code"}}`):
 
 | request | answers |
 |---|---|
-| `POST /v1/completions` | `prompt` (token ids or text), `max_tokens`, `temperature`, `n`, `logprobs`; vLLM's shape with `token_ids`, `prompt_token_ids`, `logprobs.token_logprobs` (and `"token_id:N"` tokens under `return_tokens_as_token_ids`) |
-| `POST /v1/chat/completions` | `messages` rendered by the tokenizer's chat template (plain lines without one); vLLM's token fields when asked |
-| `POST /update_weights?weight_version=N` | a safetensors body with every tensor of the model: new weights, version `N` |
+| `POST /v1/completions` | `prompt` (token ids or text), `max_tokens`, `temperature`, `n`, `seed`, `logprobs` (how many top log-probs), `stream`; vLLM's shape with `token_ids`, `prompt_token_ids`, `logprobs.token_logprobs` (and `"token_id:N"` tokens under `return_tokens_as_token_ids`) |
+| `POST /v1/chat/completions` | `messages` rendered by the tokenizer's chat template (plain lines without one), `logprobs`, `top_logprobs`, `seed`, `stream`; vLLM's token fields when asked |
+| `POST /update_weights?weight_version=N` | a safetensors body (`application/octet-stream`) with every tensor of the model: new weights, version `N` |
 | `POST /update_weights_from_disk` | `{"model_path", "weight_version"}` (SGLang's name): the same from a local folder |
-| `GET /health`, `GET /get_model_info`, `GET /v1/models` | model, `weight_version`, vocabulary size and hash |
+| `GET /health`, `GET /get_model_info`, `GET /v1/models` | model names, `weight_version`, vocabulary size and hash |
+
+Which request fields are honoured, and the shapes of answers and stream chunks, are
+`gemkit.train.protocol`'s: a field it does not honour is a 400 naming it, and a model name it
+does not serve is a 404.
 
 Sampling is from the full distribution at `temperature` (no top-k, no top-p), and each
 log-prob is the sampled token's under that distribution: what the trainer's
 `gemkit.train.sequences.token_logprobs` computes for the same weights, so importance ratios
-are exact. Concurrent requests are batched (up to `max_batch` rows per forward pass).
-Generation and weight updates run one at a time on one worker thread, so a request is
-sampled wholly by one version of the weights, and each answer says which
-(`weight_version`); versions only go up.
+are exact. Concurrent requests are batched (up to `max_batch` rows per forward pass; one
+request's rows never split across two). Generation and weight updates run one at a time on
+one worker thread, so a request is sampled wholly by one version of the weights, and each
+answer says which (`weight_version`). Versions go up by exactly one per update
+(`ModelEngine.load`), uploads are bounded in time, size and number (`ServerLimits`).
 """
 
 from __future__ import annotations
