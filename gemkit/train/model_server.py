@@ -664,7 +664,13 @@ class ModelServer:
         """Answer with server-sent events, one chunk per token per choice, as vLLM does."""
         steps: asyncio.Queue = asyncio.Queue()
         task = asyncio.ensure_future(self._generate(sampling, rows, steps.put_nowait))
-        task.add_done_callback(lambda _: steps.put_nowait(None))  # after every step's report
+
+        def finished(done: asyncio.Future) -> None:  # runs after every step's report
+            if not done.cancelled():
+                done.exception()  # read here too: a client that left never reads it
+            steps.put_nowait(None)
+
+        task.add_done_callback(finished)
         resp = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream; charset=utf-8",
