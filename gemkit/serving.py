@@ -31,8 +31,9 @@ import ipaddress
 import json
 import logging
 import os
+import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -434,3 +435,63 @@ def run_app(
         raise GemkitError(
             f"cannot listen on {host}:{port} ({e.strerror or e}); pick a free port with --port"
         ) from None
+
+
+class AppThread:
+    """A server on a thread of its own, with its own event loop, until the `with` block ends.
+
+    `start()` (a coroutine function, run on that loop) starts serving and returns the runner
+    to clean up and the address to show; an error it raises is raised by `__enter__`.
+    """
+
+    def __init__(
+        self,
+        start: Callable[[], Awaitable[tuple[Any, str]]],
+        *,
+        name: str = "gemkit-server",
+        timeout: float = 60.0,
+    ):
+        self._start, self._name, self._timeout = start, name, timeout
+        self.url = ""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._stop: asyncio.Event | None = None
+
+    def _run(self) -> None:
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            try:
+                runner, self.url = await self._start()
+            except BaseException as e:  # noqa: BLE001 - handed to the starting thread
+                self._error = e
+                self._ready.set()
+                return
+            self._ready.set()
+            try:
+                await self._stop.wait()
+            finally:
+                await runner.cleanup()
+
+        self._loop = asyncio.new_event_loop()
+        try:
+            self._loop.run_until_complete(main())
+        finally:
+            self._loop.close()
+
+    def __enter__(self) -> AppThread:
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+        self._ready.wait(self._timeout)
+        if self._error is not None:
+            raise self._error
+        if not self.url:
+            raise GemkitError(f"the server did not start within {self._timeout:g} s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._loop is not None and self._stop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(30)

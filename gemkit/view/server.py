@@ -26,7 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gemkit.serving import Guard
+from gemkit.serving import AppThread, Guard
 from gemkit.view import pages
 from gemkit.view.markup import Markup
 from gemkit.view.pages import TaskCheck
@@ -255,7 +255,7 @@ async def start(
     return runner, f"http://{shown}:{bound}/"
 
 
-class ViewServer:
+class ViewServer(AppThread):
     """The viewer on a background thread: `with ViewServer(path) as v: open(v.url)`."""
 
     def __init__(
@@ -267,48 +267,12 @@ class ViewServer:
         task_check: TaskCheck | None = None,
     ):
         self.path, self.host, self.port, self.task_check = path, host, port, task_check
-        self.url = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._stop: asyncio.Event | None = None
 
-    def _run(self) -> None:
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            try:
-                runner, self.url = await start(
-                    self.path, host=self.host, port=self.port, task_check=self.task_check
-                )
-            except BaseException as e:  # noqa: BLE001 - handed to the starting thread
-                self._error = e
-                self._ready.set()
-                return
-            self._ready.set()
-            try:
-                await self._stop.wait()
-            finally:
-                await runner.cleanup()
+        async def serve() -> tuple[web.AppRunner, str]:
+            return await start(path, host=host, port=port, task_check=task_check)
 
-        self._loop = asyncio.new_event_loop()
-        try:
-            self._loop.run_until_complete(main())
-        finally:
-            self._loop.close()
+        super().__init__(serve, name="gemkit-view")
 
     def __enter__(self) -> ViewServer:
-        self._thread = threading.Thread(target=self._run, name="gemkit-view", daemon=True)
-        self._thread.start()
-        self._ready.wait(60)
-        if self._error is not None:
-            raise self._error
-        if not self.url:
-            raise ViewError("the viewer did not start within 60 s")
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(30)

@@ -3,14 +3,14 @@ blocking client (a browser driven by selenium, the official `openai` SDK) can at
 
 from __future__ import annotations
 
-import asyncio
-import threading
 from typing import Any
 
 from aiohttp import web
 
+from gemkit.serving import AppThread
 
-class Background:
+
+class Background(AppThread):
     """`app` on `host` (a free port) in a thread with its own event loop, as `run_app` would
     serve it (the guard knows the bound address); `passed` counts requests the guard let
     through to the app's handlers.
@@ -24,12 +24,7 @@ class Background:
     def __init__(self, app: web.Application, host: str = "127.0.0.1"):
         self.app, self.host = app, host
         self.passed: list[str] = []
-        self.url = ""
         self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._error: BaseException | None = None
 
         @web.middleware
         async def count(request: web.Request, handler: Any) -> web.StreamResponse:
@@ -41,41 +36,15 @@ class Background:
             if hasattr(m, "guard"):
                 m.guard.bind(host)
 
-    def _run(self) -> None:
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            runner = web.AppRunner(self.app, access_log=None)
-            try:
-                await runner.setup()
-                site = web.TCPSite(runner, self.host, 0)
-                await site.start()
-                self.port = runner.addresses[0][1]
-                self.url = f"http://{self.host}:{self.port}"
-            except BaseException as e:  # noqa: BLE001 - handed to the starting thread
-                self._error = e
-                self._ready.set()
-                return
-            self._ready.set()
-            try:
-                await self._stop.wait()
-            finally:
-                await runner.cleanup()
+        async def serve() -> tuple[web.AppRunner, str]:
+            runner = web.AppRunner(app, access_log=None)
+            await runner.setup()
+            await web.TCPSite(runner, host, 0).start()
+            self.port = runner.addresses[0][1]
+            return runner, f"http://{host}:{self.port}"
 
-        self._loop = asyncio.new_event_loop()
-        try:
-            self._loop.run_until_complete(main())
-        finally:
-            self._loop.close()
+        super().__init__(serve, name="redteam-server", timeout=120)
 
     def __enter__(self) -> Background:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-        assert self._ready.wait(120), "the server did not start"
-        if self._error is not None:
-            raise self._error
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(60)

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 import threading
 import time
 import urllib.request
@@ -31,58 +29,23 @@ import pytest
 from gemkit.integrations.http_env import EnvServer
 from gemkit.search import SearchIndex
 from gemkit.search.server import make_app as search_app
+from gemkit.testing.browser import chromium, missing
 from gemkit.view.server import make_app as view_app
 
 from .conftest import Background
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
 REBIND = "rebind.test"  # a name a rebinding attacker points at this machine
 
-
-def _missing() -> str | None:
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed (pip install -e '.[dev]')"
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        return (
-            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
-        )
-    return None
-
-
-if _missing():
+if missing():
     if os.environ.get("GEMKIT_REQUIRE_BROWSER"):  # CI sets it: a silent skip would hide a break
-        pytest.fail(f"GEMKIT_REQUIRE_BROWSER is set but {_missing()}", pytrace=False)
-    pytest.skip(_missing() or "", allow_module_level=True)
-
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-
-FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", f"--host-resolver-rules=MAP {REBIND} 127.0.0.1",
-)  # fmt: skip
+        pytest.fail(f"GEMKIT_REQUIRE_BROWSER is set but {missing()}", pytrace=False)
+    pytest.skip(missing() or "", allow_module_level=True)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    profile = tempfile.mkdtemp(prefix="gemkit-redteam-chromium-")
-    options.add_argument(f"--user-data-dir={profile}")
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.set_page_load_timeout(120)
-    driver.set_script_timeout(120)
-    try:
+    with chromium((f"--host-resolver-rules=MAP {REBIND} 127.0.0.1",)) as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 class _Page(BaseHTTPRequestHandler):
