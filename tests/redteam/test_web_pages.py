@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -97,7 +96,10 @@ img.src = url;
 
 
 def attacks(browser, page: str, url: str, body: dict) -> list[str]:
-    """Every way a page of another site posts `body` to `url`; what the browser saw of each."""
+    """Every way a page of another site posts `body` to `url`; what the browser saw of each.
+
+    Each script returns once its answer came back (a fetch settled, the form's frame loaded),
+    so the server has handled every request before the caller counts what it let through."""
     browser.get(page)
     text = json.dumps(body)
     seen = [
@@ -127,11 +129,6 @@ def program_post(url: str, body: dict) -> dict:
         return json.loads(r.read())
 
 
-def _settle() -> None:
-    """Let a request the browser reported sent reach the server's loop before counting."""
-    time.sleep(0.2)  # never needed for the assertions to hold: a late request is counted later
-
-
 # -- the servers --------------------------------------------------------------------------------
 
 
@@ -140,7 +137,6 @@ def test_a_page_cannot_drive_the_env_server(browser, evil_page):
     with Background(server.app()) as srv:
         seen = attacks(browser, evil_page, srv.url + "/reset", {"seed": 1})
         seen.append(rebound(browser, srv, "/reset", {"seed": 1}))
-        _settle()
         assert srv.passed == [] and server.sessions == {}, seen
         assert "session_id" in program_post(srv.url + "/reset", {"seed": 1})
         assert len(server.sessions) == 1
@@ -164,7 +160,6 @@ def test_a_page_cannot_drive_the_search_server(browser, evil_page, tmp_path):
         body = {"queries": ["paris"], "topk": 1}
         seen = attacks(browser, evil_page, srv.url + "/retrieve", body)
         seen.append(rebound(browser, srv, "/retrieve", body))
-        _settle()
         assert srv.passed == [] and CountingIndex.searches == 0, seen
         assert program_post(srv.url + "/retrieve", body)["result"][0][0]["id"] == "d1"
 
@@ -183,7 +178,6 @@ def test_a_page_cannot_swap_the_served_weights_or_jump_their_version(browser, ev
         seen += attacks(browser, evil_page, srv.url + "/v1/completions", {"prompt": [1, 2]})
         seen.append(rebound(browser, srv, "/update_weights_from_disk", swap))
         seen.append(rebound(browser, srv, "/v1/completions", {"prompt": [1, 2]}))
-        _settle()
         assert srv.passed == [] and engine.version == 0 and server.rows == 0, seen
         after = engine.model.state_dict()
         assert all(bool((before[k] == after[k]).all()) for k in before)
@@ -204,7 +198,6 @@ def test_a_page_cannot_make_the_viewer_run_verifiers_or_read_records(browser, ev
             browser.execute_async_script(IMAGE, srv.url + path)
         browser.get(f"http://{REBIND}:{srv.port}/list?c=episodes")  # rebound: the page is refused
         assert "answers only requests addressed to" in browser.page_source
-        _settle()
         assert srv.passed == []
         with urllib.request.urlopen(srv.url + "/raw?c=episodes&r=0", timeout=120) as r:
             assert json.loads(r.read())["env_id"] == "toy:Copy-v0"
@@ -226,7 +219,6 @@ def test_the_browser_really_sent_what_the_attacks_claim(browser, evil_page):
     app.router.add_post("/x", sink)
     with Background(app) as srv:
         attacks(browser, evil_page, srv.url + "/x", {"seed": 1})
-        _settle()
     types = sorted(t.split(";")[0] for t, _ in got)
     # no-cors and form requests all arrive (as text/plain); the CORS JSON request needs a
     # preflight first, which this bare server does not answer, so the browser never sends it
