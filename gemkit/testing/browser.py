@@ -4,16 +4,17 @@ The viewer's page tests and the red-team tests that attack servers from a web pa
 Imported on its own (not from `gemkit.testing`): it needs selenium, from the `dev` extra.
 
 ```python
-from gemkit.testing.browser import chromium, missing
+from gemkit.testing.browser import chromium, skip_without_browser
 
-if missing() is None:
-    with chromium() as driver:
-        driver.get("http://127.0.0.1:8765/")
+skip_without_browser()  # at the top of a test module
+with chromium() as driver:
+    driver.get("http://127.0.0.1:8765/")
 ```
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -41,6 +42,19 @@ def missing() -> str | None:
             "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
         )
     return None
+
+
+def skip_without_browser() -> None:
+    """In a test module: skip it when no browser can run here, or fail it when
+    `$GEMKIT_REQUIRE_BROWSER` is set (CI sets it: a silent skip would hide a break)."""
+    import pytest
+
+    why = missing()
+    if why is None:
+        return
+    if os.environ.get("GEMKIT_REQUIRE_BROWSER"):
+        pytest.fail(f"GEMKIT_REQUIRE_BROWSER is set but {why}", pytrace=False)
+    pytest.skip(why, allow_module_level=True)
 
 
 @contextmanager

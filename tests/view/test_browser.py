@@ -13,12 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gemkit.testing.browser import chromium, missing
+from gemkit.testing.browser import chromium, skip_without_browser
 
-if missing():
-    if os.environ.get("GEMKIT_REQUIRE_BROWSER"):  # CI sets it: a silent skip would hide a break
-        pytest.fail(f"GEMKIT_REQUIRE_BROWSER is set but {missing()}", pytrace=False)
-    pytest.skip(missing() or "", allow_module_level=True)
+skip_without_browser()
 
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
