@@ -27,9 +27,9 @@ question, each line of it, what follows a colon in a line). An answer that does 
 on the item (a constant, another question's answer, junk shaped like an answer) scores on
 this item as it does on any other, so its partial reward is 0 on average and below 0 against
 the best of two decoys: it earns no more than with partial credit off. An echo of the
-question earns at most its floor here. A hedge, an answer with a part (split at `or`,
-`and`, commas, semicolons, bars, lines or spaces) that scores better than the whole, earns
-nothing. The reward can be negative: an answer closer to another question's answer than to
+question earns at most its floor here. A hedge, an answer that lists the reference among
+other text or has a part (split at `or`, `and`, commas, semicolons, bars, lines or spaces)
+that scores better than the whole, earns nothing. The reward can be negative: an answer closer to another question's answer than to
 this one's. The default scorer gives no partial credit (its only partial credit is for
 containing the answer).
 """

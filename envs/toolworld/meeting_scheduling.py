@@ -178,7 +178,9 @@ class MeetingScheduling(Category):
                 out.append(f"unknown_item: no day named {entry['day'][:40]!r}; days are {DAYS}")
                 continue
             if entry["hour"] not in HOURS:
-                out.append(f"unknown_item: {entry['hour']} is not an hour of the day (0-23)")
+                hour = str(entry["hour"])
+                hour = hour if len(hour) <= 12 else f"{hour[:12]}…"
+                out.append(f"unknown_item: {hour} is not an hour of the day (0-23)")
                 continue
             placed[entry["meeting"]] = {k: entry[k] for k in ("day", "hour", "room")}
         for name in by_name:
