@@ -113,7 +113,7 @@ def _int(body: dict[str, Any], key: str, default: int, lo: int, hi: int, why: st
     if isinstance(value, bool) or not isinstance(value, int):
         raise RequestError(400, f"'{key}' must be an integer, got a JSON {json_type(value)}")
     if not lo <= value <= hi:
-        raise RequestError(400, f"'{key}' must be from {lo} to {hi}{why}, got {value}")
+        raise RequestError(400, f"'{key}' must be from {lo} to {hi}{why}, got {preview(value, 40)}")
     return value
 
 
