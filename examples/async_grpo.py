@@ -221,6 +221,7 @@ def start_server(args: Args, model, tokenizer) -> ServerProcess | ForkedServer |
         ).start()
     flags = ["--tiny", args.env] if args.tiny else [str(args.model)]
     flags += ["--seed", str(args.seed), "--max-tokens", str(args.max_new_tokens)]
+    flags += ["--served-model-name", "policy"]  # the name the client asks for
     if args.token:
         flags += ["--token", args.token]
     return ServerProcess(flags, log_path=log).start()

@@ -17,9 +17,14 @@ and these rules, the same for every command:
 - **A torn last line is cut** (a line without its newline: the write a kill interrupted) when
   a run resumes; any other line that is not a record (bad JSON, another kind, a key written
   twice) is an error naming the file and the line.
-- **Links are never followed.** A record file, the manifest or the lock that is a link, not a
-  regular file, has other hard links or belongs to another user is refused, never read,
-  truncated or appended to.
+- **Links are never followed, and the folder cannot be redirected.** A record file, the
+  manifest or the lock that is a link, not a regular file, has other hard links or belongs to
+  another user is refused, never read, truncated or appended to. So is the folder itself when
+  it is a link, belongs to another user or anyone may write into it, and a path to it through
+  a link another user made (a link planted in a shared folder): another user cannot point a
+  run at files of the user who starts it. The folder is opened once; every file of the run is
+  then reached through that open folder (`/proc/self/fd/N/<name>` on Linux), so renaming the
+  folder or putting a link in its place afterwards changes nothing.
 - **Whole files** (the manifest, a summary, an export folder) are written under a temporary
   name, synced and renamed; a failed write removes its temporary, and a run removes those a
   killed run left behind.
@@ -128,22 +133,84 @@ def is_storage_error(e: BaseException) -> bool:
 # -- files opened without following links -------------------------------------------------------
 
 
-def _open_own(path: Path, flags: int, what: str = "") -> int:
-    """Open `path` (never through a link) and refuse anything but a regular file of ours."""
+def _open_own(path: Path, flags: int, shown: Path | None = None) -> int:
+    """Open `path` (never through a link) and refuse anything but a regular file of ours;
+    messages name `shown` (the path as the user gave it) when given."""
+    shown = shown or path
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise RunStoreError(
-                f"{path} is a link; a run folder's files are never followed: remove the link "
+                f"{shown} is a link; a run folder's files are never followed: remove the link "
                 "or choose another --out folder"
             ) from None
         raise
     try:
-        _check_own(path, os.fstat(fd))
+        _check_own(shown, os.fstat(fd))
     except BaseException:
         os.close(fd)
         raise
+    return fd
+
+
+#: how a process reaches a file in a folder it holds open, whatever happens to its path
+_FD_ROOT = Path("/proc/self/fd")
+
+
+def _foreign_link(st: os.stat_result) -> bool:
+    """Whether a link was made by someone other than this user or root."""
+    return st.st_uid not in (os.geteuid(), 0)
+
+
+def open_folder(folder: Path) -> int:
+    """Make `folder` (and its missing parents) and open it, refusing one that could redirect
+    a run: the folder a link, of another user, or writable by anyone; or a path to it through
+    a link another user made. Returns the open folder (`O_DIRECTORY`)."""
+    path = Path(os.path.abspath(folder))
+    for part in [*reversed(path.parents), path][1:]:  # the root itself is no link
+        try:
+            st = os.lstat(part)
+        except FileNotFoundError:
+            try:
+                os.mkdir(part)
+            except FileExistsError:
+                pass  # made meanwhile: checked below as any other
+            except OSError as e:
+                raise storage_error(e, folder) from None
+            st = os.lstat(part)
+        except NotADirectoryError as e:
+            raise storage_error(e, folder) from None
+        if stat.S_ISLNK(st.st_mode) and (part == path or _foreign_link(st)):
+            who = "" if part == path else f" that another user (uid {st.st_uid}) made"
+            raise RunStoreError(
+                f"{part} is a link{who}; a run folder is never reached through a link that "
+                "could point it elsewhere: choose another --out folder"
+            )
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:  # became a link since it was checked
+            raise RunStoreError(
+                f"{folder} is a link; a run folder is never reached through a link that could "
+                "point it elsewhere: choose another --out folder"
+            ) from None
+        if e.errno == errno.ENOTDIR:
+            raise RunStoreError(
+                f"{folder} exists and is not a folder; choose another --out"
+            ) from None
+        raise storage_error(e, folder) from None
+    st = os.fstat(fd)
+    why = ""
+    if st.st_uid != os.geteuid():
+        why = f"belongs to another user (uid {st.st_uid})"
+    elif st.st_mode & stat.S_IWOTH:
+        why = "may be written by any user (mode o+w), who could swap its files"
+    if why:
+        os.close(fd)
+        raise RunStoreError(
+            f"{folder} {why}; a run writes only a folder of its own: choose another --out folder"
+        )
     return fd
 
 
@@ -343,6 +410,8 @@ class RunStore:
         self.max_failures = max_failures
         self.resume_hint = resume_hint
         self.failures_in_a_row = 0
+        self._dir_fd: int | None = None
+        self._base = self.folder  # where files are opened: the open folder once it is held
         self._records: dict[str, list[dict[str, Any]]] = {}
         self._fds: dict[str, int] = {}
         self._ends: dict[str, int] = {}
@@ -360,9 +429,9 @@ class RunStore:
 
     def open(self) -> RunStore:
         """Lock, check everything, then repair torn tails, write the manifest, open for append."""
-        self._make_folder()
-        self._lock = self._take_lock()
         try:
+            self._make_folder()
+            self._lock = self._take_lock()
             manifest = self._read_manifest()
             scans = self._scan_files()
             self._check_run(manifest, scans)
@@ -373,20 +442,24 @@ class RunStore:
         return self
 
     def _make_folder(self) -> None:
-        if _exists(self.folder) and not self.folder.is_dir():
+        if _exists(self.folder) and not self.folder.is_dir() and not self.folder.is_symlink():
             raise RunStoreError(f"{self.folder} exists and is not a folder; choose another --out")
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise storage_error(e, self.folder) from None
+        self._dir_fd = open_folder(self.folder)
+        if _FD_ROOT.is_dir():
+            self._base = _FD_ROOT / str(self._dir_fd)
+
+    def _at(self, name: str) -> Path:
+        """Where the run's file `name` is opened: in the folder held open."""
+        return self._base / name
 
     def _take_lock(self) -> int:
-        path = self.folder / LOCK
+        shown = self.folder / LOCK
+        path = self._at(LOCK)
         while True:
             try:
-                fd = _open_own(path, os.O_RDWR | os.O_CREAT)
+                fd = _open_own(path, os.O_RDWR | os.O_CREAT, shown)
             except OSError as e:
-                raise storage_error(e, path) from None
+                raise storage_error(e, shown) from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -413,22 +486,22 @@ class RunStore:
             return fd
 
     def _read_manifest(self) -> dict[str, Any] | None:
-        path = self.folder / MANIFEST
+        path, shown = self._at(MANIFEST), self.folder / MANIFEST
         if not _exists(path):
             return None
         try:
-            fd = _open_own(path, os.O_RDONLY)
+            fd = _open_own(path, os.O_RDONLY, shown)
             with os.fdopen(fd, "rb") as f:
                 text = f.read()
         except OSError as e:
-            raise storage_error(e, path, verb="read") from None
+            raise storage_error(e, shown, verb="read") from None
         try:
             manifest = json.loads(text)
         except (json.JSONDecodeError, UnicodeDecodeError):
             manifest = None
         if not isinstance(manifest, dict) or "kind" not in manifest:
             raise RunStoreError(
-                f"{path} is not a gemkit run manifest (a folder of an older gemkit, or another "
+                f"{shown} is not a gemkit run manifest (a folder of an older gemkit, or another "
                 "program's file): choose another --out folder"
             )
         return manifest
@@ -436,17 +509,17 @@ class RunStore:
     def _scan_files(self) -> dict[str, _Scan]:
         scans = {}
         for name, spec in self.files.items():
-            path = self.folder / name
+            path, shown = self._at(name), self.folder / name
             if not _exists(path):
                 continue
             try:
-                fd = _open_own(path, os.O_RDONLY)
+                fd = _open_own(path, os.O_RDONLY, shown)
                 try:
-                    scans[name] = _scan(path, spec, fd)
+                    scans[name] = _scan(shown, spec, fd)
                 finally:
                     os.close(fd)
             except OSError as e:
-                raise storage_error(e, path, verb="read") from None
+                raise storage_error(e, shown, verb="read") from None
         return scans
 
     def _check_run(self, manifest: dict[str, Any] | None, scans: dict[str, _Scan]) -> None:
@@ -486,16 +559,16 @@ class RunStore:
         self._remove_stale_temporaries()
         for name, scan in scans.items():
             if scan.good_end < scan.size:  # a torn last line
-                path = self.folder / name
+                shown = self.folder / name
                 try:
-                    fd = _open_own(path, os.O_WRONLY)
+                    fd = _open_own(self._at(name), os.O_WRONLY, shown)
                     try:
                         os.ftruncate(fd, scan.good_end)
                         os.fsync(fd)
                     finally:
                         os.close(fd)
                 except OSError as e:
-                    raise storage_error(e, path) from None
+                    raise storage_error(e, shown) from None
         new = {
             "kind": self.kind,
             "gemkit_version": gemkit_version(),
@@ -511,24 +584,24 @@ class RunStore:
         # opened on the first record, so a run that has none to write creates no empty file
         fd = self._fds.get(name)
         if fd is None:
-            path = self.folder / name
+            shown = self.folder / name
             try:
-                fd = _open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+                fd = _open_own(self._at(name), os.O_WRONLY | os.O_APPEND | os.O_CREAT, shown)
             except OSError as e:
-                raise storage_error(e, path) from None
+                raise storage_error(e, shown) from None
             self._fds[name] = fd
             self._ends[name] = os.fstat(fd).st_size
         return fd
 
     def _remove_stale_temporaries(self) -> None:
         try:
-            names = os.listdir(self.folder)
+            names = os.listdir(self._base)
         except OSError:
             return
         for name in names:
             if not (name.startswith(".") and TMP_MARK in name):
                 continue
-            path = self.folder / name
+            path = self._at(name)
             try:
                 if path.is_dir() and not path.is_symlink():
                     shutil.rmtree(path)
@@ -591,31 +664,31 @@ class RunStore:
         On any failure the temporary is removed and the old `name` is left as it was; a file
         system failure is re-raised as a one-line `RunStoreError`.
         """
-        target = self.folder / name
-        tmp = self.folder / f".{name}{TMP_MARK}{os.getpid()}"
-        old = self.folder / f".{name}.old{TMP_MARK}{os.getpid()}"
+        target = self._at(name)
+        tmp = self._at(f".{name}{TMP_MARK}{os.getpid()}")
+        old = self._at(f".{name}.old{TMP_MARK}{os.getpid()}")
         _remove(tmp)
         try:
             yield tmp
-            if tmp.is_dir() and _exists(target):
+            if tmp.is_dir() and not tmp.is_symlink() and _exists(target):
                 os.replace(target, old)  # a folder cannot be renamed over a full one
             os.replace(tmp, target)
-            _fsync_dir(self.folder)
+            _fsync_dir(self._base)
         except BaseException as e:
             # the temporary, and any a writer made next to it (`path.with_suffix(".tmp")`)
-            for stray in self.folder.glob(f"{glob.escape(tmp.name)}*"):
+            for stray in self._base.glob(f"{glob.escape(tmp.name)}*"):
                 _remove(stray)
             if _exists(old) and not _exists(target):
                 os.replace(old, target)
             if is_storage_error(e):
-                raise storage_error(e, target) from None
+                raise storage_error(e, self.folder / name) from None
             raise
         finally:
             _remove(old)
 
     def log(self, name: str, line: str) -> None:
         """Append a line to a log file of the run (not a record: no fsync, never a link)."""
-        append_log(self.folder / name, line)
+        append_log(self._at(name), line, self.folder / name)
 
     def close(self) -> None:
         """Close the record files, drop the failures settled since, release the lock."""
@@ -625,11 +698,15 @@ class RunStore:
         if self._lock is not None:
             self._drop_settled_failures()
             try:
-                os.unlink(self.folder / LOCK)
+                os.unlink(self._at(LOCK))
             except OSError:
                 pass
             os.close(self._lock)
             self._lock = None
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
+            self._base = self.folder
 
     def _drop_settled_failures(self) -> None:
         # an error a resume fixed is history, not a failure: without this, errors.jsonl kept
@@ -661,16 +738,17 @@ class RunStore:
         self._records[self.failures] = left
 
 
-def append_log(path: Path, line: str) -> None:
-    """Append one line to a log file in one write, never through a link."""
+def append_log(path: Path, line: str, shown: Path | None = None) -> None:
+    """Append one line to a log file in one write, never through a link (`shown`: the path
+    as messages name it)."""
     try:
-        fd = _open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        fd = _open_own(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, shown)
         try:
             _write_all(fd, (line.rstrip("\n") + "\n").encode())
         finally:
             os.close(fd)
     except OSError as e:
-        raise storage_error(e, path) from None
+        raise storage_error(e, shown or path) from None
 
 
 def _remove(path: Path) -> None:

@@ -98,8 +98,11 @@ class ReasoningGymEnv(Env):
     Each reset draws an item index with `self.np_random` (or takes `options={"index": i}`).
     The reward is 1.0 for an answer the dataset's scorer accepts that is specific to this
     item (see `scoring`: junk, hedges and catch-all answers earn nothing), else 0.0; with
-    `partial_credit=True`, a rejected answer earns the upstream score above what no answer at
-    all would earn. `info["score"]` is the upstream score, `info["success"]` a reward of 1.
+    `partial_credit=True`, a rejected answer earns what its upstream score owes to this item:
+    the score above what the item's own question text earns, less the most the answer earns
+    so on two decoy items (0 on average for an answer that does not depend on the item, and
+    below 0 for one closer to another item's answer). `info["score"]` is the upstream score,
+    `info["success"]` a reward of 1.
     """
 
     def __init__(

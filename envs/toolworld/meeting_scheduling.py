@@ -15,6 +15,7 @@ from typing import Any
 
 from gemkit.envs.toolworld import meeting_rules as rules
 from gemkit.envs.toolworld.category import (
+    STRUCTURE,
     Category,
     Database,
     Task,
@@ -34,6 +35,12 @@ BASE_TOOLS = [
     "submit_result",
 ]
 RULE_TOOLS = {"working_hours": "get_working_hours"}
+#: a schedule with a meeting outside the task's days and hours earns no partial credit: the
+#: rules of that meeting (free attendees, a free room that seats them, ...) are not checked
+#: for a slot the calendars do not cover, so "meeting" them is no work done
+GATES = (*STRUCTURE, "slot")
+#: the hours of a day
+HOURS = range(24)
 ANSWER_FORMAT = (
     'A JSON list with one object per meeting: [{"meeting": "...", "day": "Mon", "hour": 10, '
     '"room": "..."}, ...]. Submit it with submit_result(schedule) or as your final answer.'
@@ -166,6 +173,15 @@ class MeetingScheduling(Category):
             if entry["room"] not in facts["rooms"]:
                 out.append(f"unknown_item: no room named {entry['room']!r}")
                 continue
+            # a value that does not exist earns nothing: not a day of the week, not an hour
+            if entry["day"] not in DAYS:
+                out.append(f"unknown_item: no day named {entry['day'][:40]!r}; days are {DAYS}")
+                continue
+            if entry["hour"] not in HOURS:
+                hour = str(entry["hour"])
+                hour = hour if len(hour) <= 12 else f"{hour[:12]}…"
+                out.append(f"unknown_item: {hour} is not an hour of the day (0-23)")
+                continue
             placed[entry["meeting"]] = {k: entry[k] for k in ("day", "hour", "room")}
         for name in by_name:
             if name not in placed and not any(v.startswith("format") for v in out):
@@ -175,4 +191,4 @@ class MeetingScheduling(Category):
             out += rules.option_violations(spec, by_name[n], placed[n], facts)
             for m in names[:i]:
                 out += rules.pair_violations(spec, by_name[m], placed[m], by_name[n], placed[n])
-        return Verdict.from_violations(out, ids)
+        return Verdict.from_violations(out, ids, GATES)

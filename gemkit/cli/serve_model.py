@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gemkit.cli.arguments import add_token_option, positive
+from gemkit.cli.arguments import add_token_option, count, positive
 from gemkit.cli.console import console
 from gemkit.errors import GemkitError
 
@@ -35,6 +35,26 @@ def add_model_parser(targets: argparse._SubParsersAction) -> None:
         default=3.0,
         help="wait this long for more requests before a forward pass (default 3)",
     )
+    p.add_argument(
+        "--served-model-name",
+        nargs="+",
+        metavar="NAME",
+        help="the model names requests may ask for (default: the folder, or tiny:ENV); "
+        "any other name is a 404, as with vLLM",
+    )
+    p.add_argument(
+        "--weight-version",
+        type=count,
+        default=0,
+        help="the version of the weights served at start (default 0); each update must be "
+        "the next version",
+    )
+    p.add_argument(
+        "--upload-timeout",
+        type=positive,
+        default=120,
+        help="seconds a weight upload may take to arrive (default 120)",
+    )
     p.add_argument("--ready-file", help="write the base URL to this file once serving")
     add_token_option(p)
     p.set_defaults(serve=run_model)
@@ -51,7 +71,14 @@ def run_model(args: argparse.Namespace) -> int:
     check_port(args.port)
     torch.set_num_threads(max(1, args.threads))
     with console.status("loading the model …"):
-        engine = load_engine(args.path, tiny=args.tiny, seed=args.seed, device=args.device)
+        engine = load_engine(
+            args.path,
+            tiny=args.tiny,
+            seed=args.seed,
+            device=args.device,
+            names=args.served_model_name or (),
+            version=args.weight_version,
+        )
     if not 0 <= args.batch_wait_ms <= 1000:
         raise GemkitError(f"--batch-wait-ms must be from 0 to 1000, got {args.batch_wait_ms:g}")
     limits = ServerLimits(
@@ -59,6 +86,7 @@ def run_model(args: argparse.Namespace) -> int:
         max_batch=args.max_batch,
         max_body=args.max_body_kb * 1024,
         batch_wait_s=args.batch_wait_ms / 1000,
+        upload_timeout_s=float(args.upload_timeout),
     )
     token = resolve_token(args.token)
     server = ModelServer(engine, limits=limits, token=token)

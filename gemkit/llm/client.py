@@ -622,9 +622,14 @@ class LLMClient:
                     if resp.status >= 400:
                         retry_after = _parse_retry_after(resp.headers.get("Retry-After"))
                         _raise_for(resp.status, await resp.text(), retry_after)
+                    if resp.content_type == "application/json":  # the same on every retry
+                        raise _not_a_stream(resp.content_type, await resp.text(), resp.status)
+                    other = b""  # the start of what came that is not an event
                     async for line in resp.content:
                         chunk = sse_data(line)
                         if chunk is None:
+                            if not other and line.strip() and not line.startswith(b":"):
+                                other = line.strip()[:200]
                             continue
                         if chunk == "[DONE]":
                             return
@@ -638,6 +643,8 @@ class LLMClient:
                 raise _Retryable(f"no whole answer within {timeout:g}s") from None
             except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as e:
                 raise _Retryable(f"connection error: {type(e).__name__}: {e}") from None
+        if not chunks and other:
+            raise _not_a_stream(resp.content_type, other.decode("utf-8", "replace"), resp.status)
         if not chunks:
             raise _Retryable("the stream ended before its first chunk")
 
@@ -664,6 +671,17 @@ class LLMClient:
         except (asyncio.TimeoutError, aiohttp.ClientError) as e:
             raise LLMError(f"cannot reach {self.base_url}: {type(e).__name__}: {e}") from None
         return [m.get("id", "") for m in json.loads(text).get("data", [])]
+
+
+def _not_a_stream(content_type: str, text: str, status: int) -> LLMError:
+    """A stream request answered with something other than server-sent events: a server that
+    does not stream, so retrying cannot help."""
+    shown = " ".join(_error_message(text).split())[:160]
+    return LLMError(
+        f"the endpoint answered a stream request with {content_type or 'untyped data'}, not "
+        f"server-sent events, so it does not stream (it sent {shown!r}); use chat() instead",
+        status=status,
+    )
 
 
 def _parse_retry_after(value: str | None) -> float | None:

@@ -1,33 +1,39 @@
 """`gemkit serve model PATH`: a small OpenAI-protocol model server with token ids, log-probs
 and versioned weight updates, for CPU runs and tests (vLLM or SGLang on a GPU machine).
 
-Endpoints (JSON; every error a one-line `{"error"}` with a 4xx):
+Endpoints (JSON bodies sent as `application/json`; every error a one-line 4xx in OpenAI's
+shape, `{"error": {"message", "type", "param", "code"}}`):
 
 | request | answers |
 |---|---|
-| `POST /v1/completions` | `prompt` (token ids or text), `max_tokens`, `temperature`, `n`, `logprobs`; vLLM's shape with `token_ids`, `prompt_token_ids`, `logprobs.token_logprobs` (and `"token_id:N"` tokens under `return_tokens_as_token_ids`) |
-| `POST /v1/chat/completions` | `messages` rendered by the tokenizer's chat template (plain lines without one); vLLM's token fields when asked |
-| `POST /update_weights?weight_version=N` | a safetensors body with every tensor of the model: new weights, version `N` |
+| `POST /v1/completions` | `prompt` (token ids or text), `max_tokens`, `temperature`, `n`, `seed`, `logprobs` (how many top log-probs), `stream`; vLLM's shape with `token_ids`, `prompt_token_ids`, `logprobs.token_logprobs` (and `"token_id:N"` tokens under `return_tokens_as_token_ids`) |
+| `POST /v1/chat/completions` | `messages` rendered by the tokenizer's chat template (plain lines without one), `logprobs`, `top_logprobs`, `seed`, `stream`; vLLM's token fields when asked |
+| `POST /update_weights?weight_version=N` | a safetensors body (`application/octet-stream`) with every tensor of the model: new weights, version `N` |
 | `POST /update_weights_from_disk` | `{"model_path", "weight_version"}` (SGLang's name): the same from a local folder |
-| `GET /health`, `GET /get_model_info`, `GET /v1/models` | model, `weight_version`, vocabulary size and hash |
+| `GET /health`, `GET /get_model_info`, `GET /v1/models` | model names, `weight_version`, vocabulary size and hash |
+
+Which request fields are honoured, and the shapes of answers and stream chunks, are
+`gemkit.train.protocol`'s: a field it does not honour is a 400 naming it, and a model name it
+does not serve is a 404.
 
 Sampling is at `temperature` with `top_k`, `top_p` and `min_p` applied as vLLM applies them
 (full distribution by default; penalties are refused), and each log-prob is the sampled
 token's under that distribution (vLLM's `--logprobs-mode processed_logprobs`): what the
 trainer's `gemkit.train.sequences.token_logprobs` computes under the same parameters for the
-same weights, so importance ratios are exact. Concurrent requests are batched (up to `max_batch` rows per forward pass).
-Generation and weight updates run one at a time on one worker thread, so a request is
-sampled wholly by one version of the weights, and each answer says which
-(`weight_version`); versions only go up.
+same weights, so importance ratios are exact. Concurrent requests are batched (up to `max_batch` rows per forward pass; one
+request's rows never split across two). Generation and weight updates run one at a time on
+one worker thread, so a request is sampled wholly by one version of the weights, and each
+answer says which (`weight_version`). Versions go up by exactly one per update
+(`ModelEngine.load`), uploads are bounded in time, size and number (`ServerLimits`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -39,16 +45,18 @@ import torch
 from aiohttp import web
 
 from gemkit.errors import GemkitError
-from gemkit.llm.sampled import TOKEN_ID_PREFIX, chat_logprobs
-from gemkit.llm.sampling import SamplingError, SamplingParams
+from gemkit.llm.sampling import SamplingParams
 from gemkit.serving import (
+    BODY_TIMEOUT,
     RequestError,
-    json_type,
-    loads_json,
     middlewares,
+    openai_error,
     preview,
+    read_body,
+    read_json_object,
     resolve_token,
 )
+from gemkit.train.protocol import Sample, Sampling, Shaper, TextDeltas, parse_sampling, sse
 from gemkit.train.sequences import processed_logits
 
 log = logging.getLogger(__name__)
@@ -57,11 +65,18 @@ ENDPOINTS = (
     "POST /v1/completions, POST /v1/chat/completions, POST /update_weights, "
     "POST /update_weights_from_disk, GET /health, GET /get_model_info, GET /v1/models"
 )
+#: the Content-Type of a weight upload (a safetensors file); never one a web page may send
+#: without asking the server first
+WEIGHTS = "application/octet-stream"
 
 
 @dataclass
 class ServerLimits:
-    """What one request may ask for; past these it gets a 4xx saying which limit."""
+    """What one request may ask for; past these it gets a 4xx saying which limit.
+
+    A JSON body must arrive within `body_timeout_s`; a weight upload (at most twice the
+    model's size) within `upload_timeout_s`, and at most `max_uploads` are received at once.
+    """
 
     max_tokens: int = 256
     max_n: int = 16
@@ -69,9 +84,17 @@ class ServerLimits:
     max_body: int = 4 * 1024 * 1024
     max_temperature: float = 10.0
     batch_wait_s: float = 0.003
+    body_timeout_s: float = BODY_TIMEOUT
+    upload_timeout_s: float = 120.0
+    max_uploads: int = 2
 
 
 # -- generation ------------------------------------------------------------------------------
+
+
+#: what `sample_batch` tells `on_step` after each step: the step, then per row still running
+#: `(row, token, logprob, top)` (`top` the step's `(id, logprob)` alternatives, or [])
+StepReport = Callable[[int, list[tuple[int, int, float, list[tuple[int, float]]]]], None]
 
 
 @torch.no_grad()
@@ -86,13 +109,19 @@ def sample_batch(
     pad_id: int,
     generator: torch.Generator | None = None,
     cache_arg: str | None = None,
-) -> list[tuple[list[int], list[float]]]:
-    """Sample a completion of each prompt with a KV cache; `(ids, logprobs)` per row.
+    generators: Sequence[torch.Generator | None] | None = None,
+    top: int = 0,
+    on_step: StepReport | None = None,
+) -> list[Sample]:
+    """Sample a completion of each prompt with a KV cache; one `Sample` per row.
 
     Rows are left-padded with positions counted from each row's first real token (as the
     trainer's right-padded rows count them); a row ends at its EOS (kept) or its
     `max_tokens`. The distribution is `sampling` (or plain `temperature`); temperature 0
-    decodes greedily and reports log-probs at temperature 1.
+    decodes greedily and reports log-probs at temperature 1. `generators[i]` draws row `i`'s samples (rows that share one draw from it in order; None:
+    `generator`), so a seeded request gets the same tokens whatever else is in the batch.
+    `top` asks for the most likely `top` tokens of each step, under the same distribution.
+    `on_step` hears each step's tokens as they are sampled (for streaming).
     `cache_arg` is the model's KV-cache argument name (found from its signature when None).
     """
     if sampling is None:
@@ -107,23 +136,31 @@ def sample_batch(
     ids, attn = ids.to(device), attn.to(device)
     positions = (attn.cumsum(-1) - 1).clamp(min=0)
     cache_arg = cache_arg or _cache_argument(model)
+    draws = _draw_groups(generators, generator, len(prompts), device)
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
     limit = torch.tensor(list(max_tokens), device=device)
     done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
     tokens: list[torch.Tensor] = []
     logps: list[torch.Tensor] = []
+    tops: list[tuple[torch.Tensor, torch.Tensor]] = []
     next_pos = positions[:, -1:] + 1
     for step in range(int(limit.max())):
         logits = out.logits[:, -1, :].float()
         if sampling.temperature > 0:
             logp = torch.log_softmax(processed_logits(logits, sampling), dim=-1)
-            tok = torch.multinomial(logp.exp(), 1, generator=generator).squeeze(-1)
+            tok = _draw(logp.exp(), draws)
         else:
             logp = torch.log_softmax(logits, dim=-1)
             tok = logp.argmax(-1)
         tok = torch.where(done, torch.full_like(tok, pad_id), tok)
         tokens.append(tok)
         logps.append(logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1))
+        if top:
+            values, which = logp.topk(min(top, logp.shape[-1]), dim=-1)
+            values = values.clamp(min=-9999.0)  # a cut token: vLLM's -9999, not -inf
+            tops.append((which, values))
+        if on_step is not None:
+            _report(on_step, step, done, tok, logps[-1], tops[-1] if top else None)
         done = done | (tok == eos_id) | (step + 1 >= limit)
         if bool(done.all()):
             break
@@ -139,14 +176,63 @@ def sample_batch(
         next_pos = next_pos + 1
     sampled = torch.stack(tokens, dim=1).tolist()
     logprobs = torch.stack(logps, dim=1).tolist()
+    if top:
+        which = torch.stack([w for w, _ in tops], dim=1).tolist()
+        values = torch.stack([v for _, v in tops], dim=1).tolist()
     results = []
-    for row, lps, cap in zip(sampled, logprobs, max_tokens, strict=True):
-        row, lps = row[:cap], lps[:cap]
-        if eos_id in row:
-            cut = row.index(eos_id) + 1
-            row, lps = row[:cut], lps[:cut]
-        results.append((row, lps))
+    for r, (row, lps, cap) in enumerate(zip(sampled, logprobs, max_tokens, strict=True)):
+        end = min(cap, len(row))
+        if eos_id in row[:end]:
+            end = row.index(eos_id) + 1
+        alts = (
+            [list(zip(which[r][k], values[r][k], strict=True)) for k in range(end)] if top else []
+        )
+        results.append(Sample(row[:end], lps[:end], alts))
     return results
+
+
+def _draw_groups(
+    generators: Sequence[torch.Generator | None] | None,
+    default: torch.Generator | None,
+    rows: int,
+    device: Any,
+) -> list[tuple[torch.Tensor, torch.Generator | None]]:
+    """The rows that draw from each generator, in order of first use."""
+    if generators is None:
+        return [(torch.arange(rows, device=device), default)]
+    groups: dict[int, tuple[list[int], torch.Generator | None]] = {}
+    for i, g in enumerate(generators):
+        g = g if g is not None else default
+        groups.setdefault(id(g), ([], g))[0].append(i)
+    return [(torch.tensor(idx, device=device), g) for idx, g in groups.values()]
+
+
+def _draw(probs: torch.Tensor, draws: list[tuple[torch.Tensor, torch.Generator | None]]) -> Any:
+    if len(draws) == 1:
+        return torch.multinomial(probs, 1, generator=draws[0][1]).squeeze(-1)
+    tok = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
+    for idx, g in draws:
+        tok[idx] = torch.multinomial(probs[idx], 1, generator=g).squeeze(-1)
+    return tok
+
+
+def _report(
+    on_step: StepReport,
+    step: int,
+    done: torch.Tensor,
+    tok: torch.Tensor,
+    logp: torch.Tensor,
+    top: tuple[torch.Tensor, torch.Tensor] | None,
+) -> None:
+    live = (~done).tolist()
+    toks, lps = tok.tolist(), logp.tolist()
+    which, values = (top[0].tolist(), top[1].tolist()) if top is not None else (None, None)
+    rows = []
+    for r, running in enumerate(live):
+        if running:
+            alts = list(zip(which[r], values[r], strict=True)) if which is not None else []
+            rows.append((r, toks[r], lps[r], alts))
+    on_step(step, rows)
 
 
 def _cache_argument(model: Any) -> str:
@@ -170,12 +256,25 @@ def unique_state(model: Any) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
 
 
 class ModelEngine:
-    """A causal LM, its tokenizer and its weight version; all calls on one worker thread."""
+    """A causal LM, its tokenizer and its weight version; all calls on one worker thread.
 
-    def __init__(self, model: Any, tokenizer: Any, *, name: str, seed: int = 0, version: int = 0):
+    `names` are the model names requests may ask for (`name` first; `/v1/models` lists them).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        name: str,
+        seed: int = 0,
+        version: int = 0,
+        names: Sequence[str] = (),
+    ):
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.name = name
+        self.names = list(dict.fromkeys([name, *names]))
         self.version = version
         self.vocab_size = int(model.get_input_embeddings().weight.shape[0])
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 2048) or 2048)
@@ -189,20 +288,44 @@ class ModelEngine:
         self.cache_arg = _cache_argument(model)  # once, not per batch
 
     def generate(
-        self, prompts: list[list[int]], max_tokens: list[int], sampling: SamplingParams
-    ) -> tuple[int, list[tuple[list[int], list[float]]]]:
-        """`(version, [(ids, logprobs), ...])`: one batch, all by one version."""
+        self,
+        prompts: list[list[int]],
+        max_tokens: list[int],
+        sampling: SamplingParams | float,
+        *,
+        generators: Sequence[torch.Generator | None] | None = None,
+        top: int = 0,
+        on_step: StepReport | None = None,
+    ) -> tuple[int, list[Sample]]:
+        """`(version, samples)`: one batch, all by one version (see `sample_batch`);
+        `sampling` is the distribution, or a plain temperature."""
         rows = sample_batch(
             self.model,
             prompts,
             max_tokens,
-            sampling=sampling,
+            sampling=_params(sampling),
             eos_id=self.eos_id,
             pad_id=self.pad_id,
             generator=self.generator,
             cache_arg=self.cache_arg,
+            generators=generators,
+            top=top,
+            on_step=on_step,
         )
         return self.version, rows
+
+    def seeded(self, seed: int) -> torch.Generator:
+        """A generator of its own for a request's `seed`."""
+        return torch.Generator(device=self.model.device).manual_seed(seed)
+
+    def check_version(self, version: int) -> None:
+        """Raise `RequestError(409)` unless `version` is the next one (see `load`)."""
+        if version != self.version + 1:
+            raise RequestError(
+                409,
+                f"weight_version must be the next version, {self.version + 1} (the server "
+                f"holds {self.version}), got {version}; leave it out to take the next one",
+            )
 
     def check_state(self, state: dict[str, torch.Tensor]) -> None:
         """Raise `RequestError(400)` unless `state` has exactly this model's tensors."""
@@ -224,13 +347,16 @@ class ModelEngine:
             if not tensor.is_floating_point() or not bool(torch.isfinite(tensor).all()):
                 raise RequestError(400, f"tensor {key!r} must hold finite floating-point values")
 
-    def load(self, state: dict[str, torch.Tensor], version: int) -> int:
-        """Swap in checked weights as `version` (greater than the current one)."""
-        if version <= self.version:
-            raise RequestError(
-                409,
-                f"weight_version must be greater than the current {self.version}, got {version}",
-            )
+    def load(self, state: dict[str, torch.Tensor], version: int | None = None) -> int:
+        """Swap in checked weights as `version`: the next version (`None`: take it).
+
+        Versions go up by one per update and never jump: no update can set a version that
+        its trainer's next update would collide with, so no single request (a stray client,
+        a typo) leaves the server refusing its trainer from then on. The operator sets the
+        first version when starting the server (`--weight-version`).
+        """
+        version = self.version + 1 if version is None else version
+        self.check_version(version)
         self.check_state(state)
         full = {**state, **{alias: state[source] for alias, source in self._aliases.items()}}
         self.model.load_state_dict(full, strict=True)
@@ -244,46 +370,29 @@ def vocab_hash(tokenizer: Any) -> str:
     return hashlib.sha256(json.dumps(vocab).encode()).hexdigest()[:16]
 
 
-# -- requests --------------------------------------------------------------------------------
+def _params(sampling: SamplingParams | float) -> SamplingParams:
+    """A distribution from parameters or a plain temperature."""
+    if isinstance(sampling, SamplingParams):
+        return sampling
+    return SamplingParams(temperature=float(sampling))
 
 
-def _int_field(body: dict[str, Any], key: str, default: int, lo: int, hi: int, why: str) -> int:
-    value = body.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise RequestError(400, f"'{key}' must be an integer, got a JSON {json_type(value)}")
-    if not lo <= value <= hi:
-        raise RequestError(400, f"'{key}' must be from {lo} to {hi}{why}, got {value}")
-    return value
+# -- the server ------------------------------------------------------------------------------
 
 
-def sampling_fields(body: dict[str, Any], limits: ServerLimits) -> tuple[int, SamplingParams, int]:
-    """`(max_tokens, sampling parameters, n)` of a request, checked."""
-    max_tokens = _int_field(body, "max_tokens", 16, 1, limits.max_tokens, " (the server's cap)")
-    n = _int_field(body, "n", 1, 1, limits.max_n, "")
-    temperature = body.get("temperature", 1.0)
-    if temperature is None:
-        temperature = 1.0
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise RequestError(400, f"'temperature' must be a number, got {preview(temperature)}")
-    if not 0 <= temperature <= limits.max_temperature or math.isnan(temperature):
-        raise RequestError(
-            400, f"'temperature' must be from 0 to {limits.max_temperature:g}, got {temperature}"
-        )
-    given = {k: body[k] for k in SamplingParams.__dataclass_fields__ if body.get(k) is not None}
-    given["temperature"] = float(temperature)
-    try:
-        sampling = SamplingParams(**given)
-    except SamplingError as e:
-        raise RequestError(400, str(e)) from None
-    if sampling.penalised:
-        raise RequestError(
-            400,
-            "repetition_penalty, presence_penalty and frequency_penalty are not supported (a "
-            "learner cannot recompute penalised log-probs); leave them at 1, 0 and 0",
-        )
-    return max_tokens, sampling, n
+@dataclass
+class _Job:
+    """One request's rows, sampled together in one forward pass (never split across two)."""
+
+    prompts: list[list[int]]
+    max_tokens: int
+    sampling: SamplingParams
+    seed: int | None
+    top: int
+    future: asyncio.Future
+    #: per step, the version sampling, and `(row of this job, token, logprob, top)` of each
+    #: of its rows still running (for streams)
+    on_step: Callable[[tuple[int, list[tuple[int, int, float, list]]]], None] | None
 
 
 class ModelServer:
@@ -296,20 +405,25 @@ class ModelServer:
         self.limits = limits or ServerLimits()
         self.token = resolve_token(token)  # None: $GEMKIT_SERVE_TOKEN, as the other servers
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gemkit-model")
-        self._queue: asyncio.Queue | None = None
+        self._queue: asyncio.Queue[_Job] | None = None
+        self._held: _Job | None = None  # a job that did not fit the last batch
         self._worker: asyncio.Task | None = None
+        self._uploads = 0
         self.batches = 0
         self.rows = 0
         self.busy_s = 0.0
         size = sum(t.numel() * t.element_size() for t in engine.model.state_dict().values())
-        #: a weight upload may be the model's size plus the safetensors header
+        #: a weight upload may be the model's size plus the safetensors header (or twice it,
+        #: for fp32 weights of a bf16 model)
         self.max_upload = max(size * 2, 1 << 20)
 
     def app(self) -> web.Application:
         """The aiohttp application (its batching worker starts with it)."""
         app = web.Application(
             client_max_size=max(self.max_upload, self.limits.max_body),
-            middlewares=middlewares(ENDPOINTS, self.token),
+            middlewares=middlewares(
+                ENDPOINTS, self.token, bodies={"/update_weights": (WEIGHTS,)}, render=openai_error
+            ),
         )
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
@@ -337,85 +451,125 @@ class ModelServer:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     async def generate(
-        self, prompts: list[list[int]], max_tokens: int, sampling: SamplingParams
-    ) -> tuple[int, list[tuple[list[int], list[float]]]]:
-        """Queue the rows for the next batch; `(version, rows)` once sampled."""
+        self,
+        prompts: list[list[int]],
+        max_tokens: int,
+        sampling: SamplingParams | float,
+        *,
+        seed: int | None = None,
+        top: int = 0,
+        on_step: Callable[[tuple[int, list[tuple[int, int, float, list]]]], None] | None = None,
+    ) -> tuple[int, list[Sample]]:
+        """Queue one request's rows for the next batch; `(version, samples)` once sampled.
+
+        The rows of one request always share a forward pass, so one version of the weights
+        samples all of them. `on_step` (on the event loop) hears each step's tokens.
+        """
         assert self._queue is not None, "the app is not started"
-        futures = []
-        for p in prompts:
-            future = asyncio.get_running_loop().create_future()
-            self._queue.put_nowait((p, max_tokens, sampling, future))
-            futures.append(future)
-        results = await asyncio.gather(*futures)
-        versions = {v for v, _ in results}
-        if len(versions) != 1:  # the n rows of one request straddled a weight update: redo
-            return await self.generate(prompts, max_tokens, sampling)
-        return versions.pop(), [row for _, row in results]
+        future = asyncio.get_running_loop().create_future()
+        job = _Job(prompts, max_tokens, _params(sampling), seed, top, future, on_step)
+        self._queue.put_nowait(job)
+        return await future
 
     async def _batches(self) -> None:
         assert self._queue is not None
         while True:
-            items = [await self._queue.get()]
-            if self.limits.batch_wait_s > 0 and self._queue.qsize() + 1 < self.limits.max_batch:
+            first, self._held = self._held or await self._queue.get(), None
+            jobs, rows = [first], len(first.prompts)
+            if self.limits.batch_wait_s > 0 and rows < self.limits.max_batch:
                 # a forward pass costs about the same for 1 row as for 30 on a small model:
                 # waiting briefly for the requests on their way makes each pass serve more
                 await asyncio.sleep(self.limits.batch_wait_s)
-            while not self._queue.empty() and len(items) < self.limits.max_batch:
-                items.append(self._queue.get_nowait())
-            by_sampling: dict[SamplingParams, list] = {}
-            for item in items:
-                by_sampling.setdefault(item[2], []).append(item)
+            while not self._queue.empty():
+                job = self._queue.get_nowait()
+                if rows + len(job.prompts) > self.limits.max_batch:
+                    self._held = job  # the next batch starts with it
+                    break
+                jobs.append(job)
+                rows += len(job.prompts)
+            by_sampling: dict[SamplingParams, list[_Job]] = {}
+            for job in jobs:
+                by_sampling.setdefault(job.sampling, []).append(job)
             for sampling, group in by_sampling.items():
-                live = [g for g in group if not g[3].cancelled()]
-                if not live:
-                    continue
-                start = time.perf_counter()
-                try:
-                    version, rows = await self._run(
-                        self.engine.generate,
-                        [g[0] for g in live],
-                        [g[1] for g in live],
-                        sampling,
-                    )
-                except Exception as e:  # noqa: BLE001 - fail these requests, keep serving
-                    log.exception("generation failed")
-                    for g in live:
-                        if not g[3].done():
-                            g[3].set_exception(e)
-                    continue
-                self.busy_s += time.perf_counter() - start
-                self.batches += 1
-                self.rows += len(live)
-                for g, row in zip(live, rows, strict=True):
-                    if not g[3].done():
-                        g[3].set_result((version, row))
+                live = [j for j in group if not j.future.cancelled()]
+                if live:
+                    await self._sample(live, sampling)
+
+    async def _sample(self, jobs: list[_Job], sampling: SamplingParams) -> None:
+        loop = asyncio.get_running_loop()
+        prompts, caps, gens, owner = [], [], [], []
+        for j, job in enumerate(jobs):
+            gen = self.engine.seeded(job.seed) if job.seed is not None else None
+            for k, p in enumerate(job.prompts):
+                prompts.append(p)
+                caps.append(job.max_tokens)
+                gens.append(gen)
+                owner.append((j, k))
+        on_step = None
+        if any(job.on_step for job in jobs):
+
+            def on_step(step: int, rows: list) -> None:  # on the worker thread, mid-batch
+                version = self.engine.version
+                per_job: dict[int, list] = {}
+                for r, tok, lp, top in rows:
+                    j, k = owner[r]
+                    if jobs[j].on_step is not None:
+                        per_job.setdefault(j, []).append((k, tok, lp, top[: jobs[j].top]))
+                for j, items in per_job.items():
+                    loop.call_soon_threadsafe(jobs[j].on_step, (version, items))
+
+        def run() -> tuple[int, list[Sample]]:
+            return self.engine.generate(
+                prompts,
+                caps,
+                sampling,
+                generators=gens if any(g is not None for g in gens) else None,
+                top=max(job.top for job in jobs),
+                on_step=on_step,
+            )
+
+        start = time.perf_counter()
+        try:
+            version, samples = await self._run(run)
+        except Exception as e:  # noqa: BLE001 - fail these requests, keep serving
+            log.exception("generation failed")
+            for job in jobs:
+                if not job.future.done():
+                    job.future.set_exception(e)
+            return
+        self.busy_s += time.perf_counter() - start
+        self.batches += 1
+        self.rows += len(prompts)
+        at = 0
+        for job in jobs:
+            mine = samples[at : at + len(job.prompts)]
+            at += len(job.prompts)
+            for x in mine:
+                x.top = [alts[: job.top] for alts in x.top]
+            if not job.future.done():
+                job.future.set_result((version, mine))
 
     # -- handlers -----------------------------------------------------------------------------
 
     async def _json(self, request: web.Request, shape: str) -> dict[str, Any]:
-        # the app's client_max_size is the weight upload's; a JSON body stops at max_body,
-        # refused by its Content-Length or once max_body + 1 bytes have arrived
-        limit = self.limits.max_body
-        too_big = RequestError(
-            413,
-            f"the body is over the server's limit of {limit:,} bytes; send less per request "
-            "or start the server with a larger --max-body-kb",
+        # the app's client_max_size is the weight upload's; a JSON body stops at max_body
+        return await read_json_object(
+            request,
+            shape=shape,
+            max_body=self.limits.max_body,
+            limit_flag="--max-body-kb",
+            timeout=self.limits.body_timeout_s,
         )
-        if request.content_length is not None and request.content_length > limit:
-            raise too_big
-        raw = bytearray()
-        while len(raw) <= limit:
-            chunk = await request.content.read(limit + 1 - len(raw))
-            if not chunk:
-                break
-            raw += chunk
-        if len(raw) > limit:
-            raise too_big
-        raw = bytes(raw)
-        body = loads_json(raw) if raw.strip() else {}
-        if not isinstance(body, dict):
-            raise RequestError(400, f"expected a JSON object {shape}, got a JSON {json_type(body)}")
-        return body
+
+    def _sampling(self, body: dict[str, Any], kind: str) -> Sampling:
+        return parse_sampling(
+            body,
+            kind,
+            served=self.engine.names,
+            max_tokens=self.limits.max_tokens,
+            max_n=self.limits.max_n,
+            max_temperature=self.limits.max_temperature,
+        )
 
     def _prompt_ids(self, prompt: Any, max_tokens: int) -> list[int]:
         if isinstance(prompt, str):
@@ -445,22 +599,6 @@ class ModelServer:
             )
         return ids
 
-    def _logprob_tokens(self, ids: list[int], as_ids: bool) -> list[str]:
-        if as_ids:
-            return [f"{TOKEN_ID_PREFIX}{t}" for t in ids]
-        return [self.engine.tokenizer.decode([t]) for t in ids]
-
-    def _usage(self, prompt: list[int], rows: list[tuple[list[int], list[float]]]) -> dict:
-        completion = sum(len(r[0]) for r in rows)
-        return {
-            "prompt_tokens": len(prompt),
-            "completion_tokens": completion,
-            "total_tokens": len(prompt) + completion,
-        }
-
-    def _finish(self, ids: list[int]) -> str:
-        return "stop" if ids and ids[-1] == self.engine.eos_id else "length"
-
     def _check_rows(self, prompts: int, n: int) -> None:
         """Refuse a request for more than `max_batch` rows (prompts x n), on every path."""
         if prompts * n > self.limits.max_batch:
@@ -479,53 +617,21 @@ class ModelServer:
         self._check_rows(1, n)
         return [self._prompt_ids(prompt, max_tokens)]
 
-    async def _completions(self, request: web.Request) -> web.Response:
+    def _shaper(self, sampling: Sampling, version: int) -> Shaper:
+        return Shaper(sampling, self.engine.tokenizer.decode, self.engine.eos_id, version)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
         body = await self._json(request, '{"prompt": [ids] or "text", "max_tokens": n}')
-        max_tokens, sampling, n = sampling_fields(body, self.limits)
+        sampling = self._sampling(body, "completions")
         if "prompt" not in body:
             raise RequestError(400, "the body needs 'prompt': a list of token ids or a string")
-        prompts = self._prompts(body["prompt"], max_tokens, n)
+        prompts = self._prompts(body["prompt"], sampling.max_tokens, sampling.n)
         # vLLM's order: the n choices of the first prompt, then of the second, ...
-        rows_for = [p for p in prompts for _ in range(n)]
-        version, rows = await self.generate(rows_for, max_tokens, sampling)
-        as_ids = bool(body.get("return_tokens_as_token_ids"))
-        with_ids = bool(body.get("return_token_ids"))
-        choices = []
-        for i, (prompt, (ids, logprobs)) in enumerate(zip(rows_for, rows, strict=True)):
-            choice: dict[str, Any] = {
-                "index": i,
-                "text": self.engine.tokenizer.decode(ids, skip_special_tokens=True),
-                "finish_reason": self._finish(ids),
-                "stop_reason": None,
-                "token_ids": ids if with_ids else None,
-                "prompt_token_ids": prompt if with_ids else None,
-            }
-            if body.get("logprobs") is not None:
-                choice["logprobs"] = {
-                    "tokens": self._logprob_tokens(ids, as_ids),
-                    "token_logprobs": logprobs,
-                    "top_logprobs": None,
-                    "text_offset": None,
-                }
-            choices.append(choice)
-        completion = sum(len(r[0]) for r in rows)
-        prompt_tokens = sum(len(p) for p in rows_for)
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": prompt_tokens + completion,
-        }
-        return web.json_response(
-            {
-                "id": f"cmpl-{time.monotonic_ns():x}",
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": self.engine.name,
-                "choices": choices,
-                "usage": usage,
-                "weight_version": str(version),
-            }
-        )
+        rows_for = [p for p in prompts for _ in range(sampling.n)]
+        if sampling.stream:
+            return await self._stream(request, sampling, rows_for)
+        version, samples = await self._generate(sampling, rows_for)
+        return web.json_response(self._shaper(sampling, version).completion_body(rows_for, samples))
 
     def _chat_prompt(self, messages: Any, max_tokens: int) -> list[int]:
         if not isinstance(messages, list) or not messages:
@@ -545,89 +651,189 @@ class ModelServer:
             return self._prompt_ids(list(ids), max_tokens)
         return self._prompt_ids("\n".join(m["content"] for m in messages), max_tokens)
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await self._json(request, '{"messages": [...], "max_tokens": n}')
-        max_tokens, sampling, n = sampling_fields(body, self.limits)
-        self._check_rows(1, n)
-        prompt = self._chat_prompt(body.get("messages"), max_tokens)
-        version, rows = await self.generate([prompt] * n, max_tokens, sampling)
-        as_ids = bool(body.get("return_tokens_as_token_ids"))
-        choices = []
-        for i, (ids, logprobs) in enumerate(rows):
-            text = self.engine.tokenizer.decode(ids, skip_special_tokens=True)
-            choice: dict[str, Any] = {
-                "index": i,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": self._finish(ids),
-            }
-            if body.get("return_token_ids"):
-                choice["token_ids"] = ids
-            if body.get("logprobs"):
-                choice["logprobs"] = chat_logprobs(self._logprob_tokens(ids, as_ids), logprobs)
-            choices.append(choice)
-        payload = {
-            "id": f"chatcmpl-{time.monotonic_ns():x}",
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": self.engine.name,
-            "choices": choices,
-            "usage": self._usage(prompt, rows),
-            "weight_version": str(version),
-        }
-        if body.get("return_token_ids"):
-            payload["prompt_token_ids"] = prompt
-        return web.json_response(payload)
+        sampling = self._sampling(body, "chat")
+        self._check_rows(1, sampling.n)
+        prompt = self._chat_prompt(body.get("messages"), sampling.max_tokens)
+        rows = [prompt] * sampling.n
+        if sampling.stream:
+            return await self._stream(request, sampling, rows)
+        version, samples = await self._generate(sampling, rows)
+        return web.json_response(self._shaper(sampling, version).chat_body(prompt, samples))
 
-    def _version_of(self, value: Any) -> int:
+    async def _generate(
+        self, sampling: Sampling, rows: list[list[int]], on_step: Any = None
+    ) -> tuple[int, list[Sample]]:
+        return await self.generate(
+            rows,
+            sampling.max_tokens,
+            sampling.params,
+            seed=sampling.seed,
+            top=sampling.top if sampling.logprobs else 0,
+            on_step=on_step,
+        )
+
+    async def _stream(
+        self, request: web.Request, sampling: Sampling, rows: list[list[int]]
+    ) -> web.StreamResponse:
+        """Answer with server-sent events, one chunk per token per choice, as vLLM does."""
+        steps: asyncio.Queue = asyncio.Queue()
+        task = asyncio.ensure_future(self._generate(sampling, rows, steps.put_nowait))
+
+        def finished(done: asyncio.Future) -> None:  # runs after every step's report
+            if not done.cancelled():
+                done.exception()  # read here too: a client that left never reads it
+            steps.put_nowait(None)
+
+        task.add_done_callback(finished)
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+            }
+        )
+        shaper = self._shaper(sampling, 0)
+        decode = self.engine.tokenizer.decode
+        texts = [TextDeltas(decode) for _ in rows]
+        counts = [0] * len(rows)
+        offsets = [0] * len(rows)
+        try:
+            await resp.prepare(request)
+            report = await steps.get()  # the version is known once the batch has started
+            if report is not None:
+                shaper.version = str(report[0])
+            if sampling.kind == "chat":
+                for i in range(len(rows)):
+                    await resp.write(sse(shaper.role_chunk(i, rows[i])))
+            while report is not None:
+                for i, tok, lp, top in report[1]:
+                    counts[i] += 1
+                    last = tok == self.engine.eos_id or counts[i] >= sampling.max_tokens
+                    piece = texts[i].push(tok, last)
+                    chunk = shaper.token_chunk(
+                        i,
+                        piece,
+                        (tok, lp, top),
+                        shaper.finish(texts[i].ids, last),
+                        prompt=rows[i] if counts[i] == 1 else None,
+                        offset=offsets[i],
+                    )
+                    offsets[i] += len(shaper.token(tok))
+                    await resp.write(sse(chunk))
+                report = await steps.get()
+            _, samples = task.result()
+            if sampling.include_usage:
+                prompt_tokens = sum(len(p) for p in rows[:: max(1, sampling.n)])
+                await resp.write(sse(shaper.usage_chunk(prompt_tokens, samples)))
+        except ConnectionError:  # the client left; its rows finish in their batch unread
+            return resp
+        except Exception:  # noqa: BLE001 - the stream has begun: say so in it, then end it
+            log.exception("streamed generation failed")
+            error = {"message": "internal server error; the server log has the details"}
+            with contextlib.suppress(ConnectionError):
+                await resp.write(
+                    sse({"error": {**error, "type": "InternalServerError", "code": 500}})
+                )
+        with contextlib.suppress(ConnectionError):
+            await resp.write(sse("[DONE]"))
+            await resp.write_eof()
+        return resp
+
+    def _version_of(self, value: Any) -> int | None:
         if value is None:
-            return self.engine.version + 1
+            return None
         try:
             version = int(value)
         except (TypeError, ValueError):
             raise RequestError(
                 400, f"weight_version must be an integer, got {preview(value)}"
             ) from None
+        self.engine.check_version(version)  # early, before a body is read; `load` rechecks
         return version
 
-    async def _apply(self, state: dict[str, torch.Tensor], version: int) -> web.Response:
+    async def _apply(self, state: dict[str, torch.Tensor], version: int | None) -> web.Response:
         def load() -> int:
             return self.engine.load(state, version)
 
         loaded = await self._run(load)
         return web.json_response({"success": True, "weight_version": str(loaded)})
 
+    @contextlib.contextmanager
+    def _upload_slot(self) -> Any:
+        """One of `max_uploads` slots for a weight upload, or a 429 when all are taken."""
+        if self._uploads >= self.limits.max_uploads:
+            raise RequestError(
+                429,
+                f"{self._uploads} weight uploads are already being received (the server's "
+                f"cap); send one update at a time",
+            )
+        self._uploads += 1
+        try:
+            yield
+        finally:
+            self._uploads -= 1
+
     async def _update_weights(self, request: web.Request) -> web.Response:
         from safetensors import SafetensorError
         from safetensors.torch import load as load_bytes
 
         version = self._version_of(request.query.get("weight_version"))
-        raw = await request.read()
-        if len(raw) > self.max_upload:
-            raise RequestError(413, f"the weights are over {self.max_upload:,} bytes")
-        try:
-            state = load_bytes(raw)
-        except (SafetensorError, ValueError, RuntimeError):
-            raise RequestError(
-                400, "the body is not a safetensors file; send safetensors.torch.save(state_dict)"
-            ) from None
-        return await self._apply(state, version)
+        with self._upload_slot():
+            raw = await read_body(
+                request,
+                max_body=self.max_upload,
+                limit_flag="model: twice its size is the limit of a weight upload",
+                timeout=self.limits.upload_timeout_s,
+            )
+            try:
+                state = load_bytes(raw)
+            except (SafetensorError, ValueError, RuntimeError):
+                raise RequestError(
+                    400,
+                    "the body is not a safetensors file; send safetensors.torch.save(state_dict)",
+                ) from None
+            del raw
+            return await self._apply(state, version)
 
     async def _update_from_disk(self, request: web.Request) -> web.Response:
         from safetensors.torch import load_file
 
         body = await self._json(request, '{"model_path": "DIR", "weight_version": n}')
+        unknown = sorted(set(body) - {"model_path", "weight_version"})
+        if unknown:
+            raise RequestError(
+                400, f"unknown field {preview(unknown[0], 40)}; send model_path and weight_version"
+            )
         path = body.get("model_path")
         if not isinstance(path, str) or not path:
             raise RequestError(400, "'model_path' must be a folder with model.safetensors")
-        files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
+        version = self._version_of(body.get("weight_version"))
+        folder = Path(path)
+        files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
         if not files:
             raise RequestError(400, f"no *.safetensors files in {preview(path)}")
-        version = self._version_of(body.get("weight_version"))
-        state: dict[str, torch.Tensor] = {}
-        for f in files:
-            state.update(load_file(str(f)))
-        for alias in self.engine._aliases:
-            state.pop(alias, None)  # a tied tensor saved twice (save_pretrained keeps one)
+        size = sum(f.stat().st_size for f in files)
+        if size > self.max_upload:
+            raise RequestError(
+                413,
+                f"the weights in {preview(path)} are {size:,} bytes, over twice the model's size",
+            )
+
+        def read() -> dict[str, torch.Tensor]:  # off the event loop: files may be large
+            state: dict[str, torch.Tensor] = {}
+            for f in files:
+                state.update(load_file(str(f)))
+            for alias in self.engine._aliases:
+                state.pop(alias, None)  # a tied tensor saved twice (save_pretrained keeps one)
+            return state
+
+        try:
+            state = await self._run(read)
+        except Exception:  # noqa: BLE001 - a file that is not safetensors, or unreadable
+            raise RequestError(
+                400, f"the *.safetensors files in {preview(path)} cannot be read as safetensors"
+            ) from None
         return await self._apply(state, version)
 
     async def _health(self, _: web.Request) -> web.Response:
@@ -635,6 +841,7 @@ class ModelServer:
             {
                 "model": self.engine.name,
                 "model_path": self.engine.name,
+                "served_model_names": self.engine.names,
                 "weight_version": str(self.engine.version),
                 "vocab_size": self.engine.vocab_size,
                 "tokenizer_hash": self.engine.tokenizer_hash,
@@ -647,11 +854,13 @@ class ModelServer:
     async def _models(self, _: web.Request) -> web.Response:
         data = [
             {
-                "id": self.engine.name,
+                "id": name,
                 "object": "model",
                 "owned_by": "gemkit",
+                "root": self.engine.name,
                 "max_model_len": self.engine.max_positions,
             }
+            for name in self.engine.names
         ]
         return web.json_response({"object": "list", "data": data})
 
@@ -670,8 +879,14 @@ def load_engine(
     tiny: str | None = None,
     seed: int = 0,
     device: str = "cpu",
+    names: Sequence[str] = (),
+    version: int = 0,
 ) -> ModelEngine:
-    """A `ModelEngine` over a local model folder, or over `--tiny ENV`'s tiny random model."""
+    """A `ModelEngine` over a local model folder, or over `--tiny ENV`'s tiny random model.
+
+    Requests may name the model by `names` (vLLM's `--served-model-name`; the folder, or
+    `tiny:ENV`, when none are given); its weights start as `version`.
+    """
     from gemkit.train.tiny import load_policy, tiny_policy
 
     if (path is None) == (tiny is None):
@@ -685,8 +900,13 @@ def load_engine(
         model, tokenizer = tiny_policy(tiny, seed=seed) if tiny else load_policy(str(path))
     except OSError as e:
         raise GemkitError(f"cannot load the model in {path!r}: {e}") from None
-    name = f"tiny:{tiny}" if tiny else str(path)
-    return ModelEngine(model.to(device), tokenizer, name=name, seed=seed)
+    if version < 0:
+        raise GemkitError(f"--weight-version must be 0 or more, got {version}")
+    default = f"tiny:{tiny}" if tiny else str(path)
+    names = list(names) or [default]
+    return ModelEngine(
+        model.to(device), tokenizer, name=names[0], names=names, seed=seed, version=version
+    )
 
 
 def free_port() -> int:

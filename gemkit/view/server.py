@@ -2,9 +2,10 @@
 
 - Only GET and HEAD; nothing a request says is a path: collections are looked up by key,
   records by index row, static files by a fixed list of names.
-- Bound to 127.0.0.1 by default; then a request whose Host header is not a loopback name is
-  refused, so a web page cannot reach the viewer through DNS rebinding.
-- A request another site's page makes (an `<img>`, a form, a fetch) is refused: one marked
+- The guard every gemkit server shares (`gemkit.serving.Guard`): bound to 127.0.0.1 by
+  default, a request whose Host header is not a loopback name or the bound address is
+  refused, so a web page cannot reach the viewer through DNS rebinding; and a request another
+  site's page makes (an `<img>`, a form, a fetch) is refused: one marked
   `Sec-Fetch-Site: cross-site` or `same-site`, or whose `Origin` is not the viewer's own.
   Such a page cannot make the viewer run verifiers or search whole files on its behalf.
 - Every page is built from escaped parts and sent with a Content-Security-Policy that allows
@@ -15,7 +16,6 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import json
 import logging
 import threading
@@ -26,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from gemkit.serving import AppThread, Guard
 from gemkit.view import pages
 from gemkit.view.markup import Markup
 from gemkit.view.pages import TaskCheck
@@ -49,42 +50,10 @@ HEADERS = {
 }
 #: the app's `Viewer` (for tests and embedding)
 VIEWER: web.AppKey[Viewer] = web.AppKey("viewer")
-LOOPBACK_NAMES = {"localhost", "localhost.", "127.0.0.1", "::1", "[::1]"}
 #: verifier runs at a time (each runs model-written code in the sandbox)
 CHECK_SLOTS = 2
 #: how long a page waits for a free verifier slot
 CHECK_WAIT_S = 60.0
-
-
-def foreign_request(headers: Mapping[str, str], scheme: str) -> str | None:
-    """Why a request comes from another site's page, or None if it does not."""
-    site = headers.get("Sec-Fetch-Site", "").strip().lower()
-    if site in ("cross-site", "same-site"):
-        return f"it was made by another site's page (Sec-Fetch-Site: {site})"
-    origin = headers.get("Origin")
-    if origin is not None:
-        own = f"{scheme}://{headers.get('Host', '')}".lower()
-        if origin.strip().lower().rstrip("/") != own:
-            return f"it was made by a page of {origin[:80]!r}, not of this viewer"
-    return None
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a host name or address is this machine's loopback."""
-    host = host.strip("[]")
-    if host in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def host_of(header: str) -> str:
-    """The host name of a Host header (without the port)."""
-    if header.startswith("["):
-        return header[1 : header.find("]")] if "]" in header else header
-    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
 class Viewer:
@@ -157,14 +126,14 @@ def _row(request: web.Request) -> int:
 
 
 def make_app(
-    path: str | Path,
-    *,
-    task_check: TaskCheck | None = None,
-    loopback_only: bool = True,
+    path: str | Path, *, task_check: TaskCheck | None = None, host: str = "127.0.0.1"
 ) -> web.Application:
-    """The viewer's aiohttp application over `path` (a folder or one JSONL file)."""
+    """The viewer's aiohttp application over `path` (a folder or one JSONL file), to be
+    served on `host` (a Host header may name it, a loopback name or the connection's address)."""
     viewer = Viewer(path, task_check=task_check)
     root = str(viewer.catalog.allowed)
+    gate = Guard()  # no token: a browser cannot send one
+    gate.bind(host)
 
     async def in_thread(fn: Callable[[], Any]) -> Any:
         return await asyncio.get_running_loop().run_in_executor(None, fn)
@@ -180,22 +149,9 @@ def make_app(
                     405,
                 )
                 resp.headers["Allow"] = "GET, HEAD"
-            elif loopback_only and not is_loopback(host_of(request.headers.get("Host", ""))):
+            elif refused := gate.check(request):
                 resp = _page(
-                    pages.error_page(
-                        403,
-                        "this viewer answers only requests addressed to 127.0.0.1 or localhost "
-                        f"(this one was addressed to {request.headers.get('Host', '')[:80]!r})",
-                        root=root,
-                    ),
-                    403,
-                )
-            elif why := foreign_request(request.headers, request.scheme):
-                resp = _page(
-                    pages.error_page(
-                        403, f"this viewer answers only its own pages; {why}", root=root
-                    ),
-                    403,
+                    pages.error_page(refused.status, refused.message, root=root), refused.status
                 )
             else:
                 resp = await handler(request)
@@ -281,7 +237,7 @@ async def start(
     task_check: TaskCheck | None = None,
 ) -> tuple[web.AppRunner, str]:
     """Start serving; returns the runner (to `cleanup()`) and the address to open."""
-    app = make_app(path, task_check=task_check, loopback_only=is_loopback(host))
+    app = make_app(path, task_check=task_check, host=host)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -299,7 +255,7 @@ async def start(
     return runner, f"http://{shown}:{bound}/"
 
 
-class ViewServer:
+class ViewServer(AppThread):
     """The viewer on a background thread: `with ViewServer(path) as v: open(v.url)`."""
 
     def __init__(
@@ -311,48 +267,12 @@ class ViewServer:
         task_check: TaskCheck | None = None,
     ):
         self.path, self.host, self.port, self.task_check = path, host, port, task_check
-        self.url = ""
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._stop: asyncio.Event | None = None
 
-    def _run(self) -> None:
-        async def main() -> None:
-            self._stop = asyncio.Event()
-            try:
-                runner, self.url = await start(
-                    self.path, host=self.host, port=self.port, task_check=self.task_check
-                )
-            except BaseException as e:  # noqa: BLE001 - handed to the starting thread
-                self._error = e
-                self._ready.set()
-                return
-            self._ready.set()
-            try:
-                await self._stop.wait()
-            finally:
-                await runner.cleanup()
+        async def serve() -> tuple[web.AppRunner, str]:
+            return await start(path, host=host, port=port, task_check=task_check)
 
-        self._loop = asyncio.new_event_loop()
-        try:
-            self._loop.run_until_complete(main())
-        finally:
-            self._loop.close()
+        super().__init__(serve, name="gemkit-view")
 
     def __enter__(self) -> ViewServer:
-        self._thread = threading.Thread(target=self._run, name="gemkit-view", daemon=True)
-        self._thread.start()
-        self._ready.wait(60)
-        if self._error is not None:
-            raise self._error
-        if not self.url:
-            raise ViewError("the viewer did not start within 60 s")
+        super().__enter__()
         return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._loop is not None and self._stop is not None and self._loop.is_running():
-            self._loop.call_soon_threadsafe(self._stop.set)
-        if self._thread is not None:
-            self._thread.join(30)

@@ -395,3 +395,112 @@ def test_an_eval_that_filled_the_disk_resumes_to_the_bytes_of_a_run_that_did_not
     subprocess.run(["mount", "-o", "remount,size=8m", str(tiny_fs)], check=True)
     assert cli([*argv, "--out", str(out), "--resume"]) == 0
     assert snapshot(out) == snapshot(tmp_path / "whole")
+
+
+# -- a run folder another user redirects -------------------------------------------------------
+
+#: a user other than the one running the tests (nobody), to own what a hostile user plants
+OTHER_UID = 65534
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="planting files as another user needs root (os.chown)"
+)
+EVAL = ["eval", ENV, "--policy", "expert", "-n", "2"]
+RUN_FILES = ("run.json", "episodes.jsonl", "summary.json", ".lock")
+
+
+def shared_folder(tmp_path: Path) -> Path:
+    """A folder every user may write into (sticky, as /tmp), where the attacker plants."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    return shared
+
+
+def planted_link(shared: Path, name: str, target: Path, uid: int) -> Path:
+    link = shared / name
+    link.symlink_to(target)
+    os.lchown(link, uid, uid)
+    return link
+
+
+@needs_root
+def test_an_out_folder_that_is_another_users_link_is_refused_and_its_target_untouched(
+    tmp_path, capsys
+):
+    # the attacker plants shared/results -> a folder of the victim's; root runs an eval there
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("the victim's own file")
+    link = planted_link(shared_folder(tmp_path), "results", victim, OTHER_UID)
+    assert cli([*EVAL, "--out", str(link)]) == 2
+    assert "is a link" in one_line_error(capsys.readouterr().out)
+    assert sorted(p.name for p in victim.iterdir()) == ["notes.txt"]
+
+
+def test_an_out_folder_that_is_a_link_of_ones_own_is_refused_too(tmp_path, capsys):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (tmp_path / "out").symlink_to(target)
+    assert cli([*EVAL, "--out", str(tmp_path / "out")]) == 2
+    assert "is a link" in one_line_error(capsys.readouterr().out)
+    assert list(target.iterdir()) == []
+
+
+@needs_root
+def test_a_path_through_another_users_link_is_refused(tmp_path, capsys):
+    # shared/team -> the victim's folder: --out shared/team/run1 would be made inside it
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    link = planted_link(shared_folder(tmp_path), "team", victim, OTHER_UID)
+    assert cli([*EVAL, "--out", str(link / "run1")]) == 2
+    line = one_line_error(capsys.readouterr().out)
+    assert "is a link that another user (uid 65534) made" in line
+    assert list(victim.iterdir()) == []
+
+
+def test_a_path_through_a_link_of_ones_own_is_followed(tmp_path, capsys):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "mine").symlink_to(tmp_path / "real")  # e.g. ~/runs -> /data/runs
+    assert cli([*EVAL, "--out", str(tmp_path / "mine" / "run1")]) == 0
+    assert (tmp_path / "real" / "run1" / "episodes.jsonl").exists()
+
+
+@needs_root
+def test_an_out_folder_of_another_user_is_refused(tmp_path, capsys):
+    # the attacker made shared/results first, as their own: they could swap its files
+    results = shared_folder(tmp_path) / "results"
+    results.mkdir()
+    os.chown(results, OTHER_UID, OTHER_UID)
+    assert cli([*EVAL, "--out", str(results)]) == 2
+    line = one_line_error(capsys.readouterr().out)
+    assert "belongs to another user (uid 65534)" in line
+    assert list(results.iterdir()) == []
+
+
+def test_an_out_folder_anyone_may_write_is_refused(tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    results.chmod(0o777)
+    assert cli([*EVAL, "--out", str(results)]) == 2
+    assert "may be written by any user" in one_line_error(capsys.readouterr().out)
+    assert list(results.iterdir()) == []
+
+
+def test_a_folder_swapped_for_a_link_after_the_run_opened_it_is_not_followed(tmp_path):
+    # the run holds its folder open: renaming it away and planting a link in its place
+    # (what a user who can write the parent could do) does not redirect a single record
+    from gemkit.runstore import RecordFile, RunStore
+
+    out, moved, target = tmp_path / "out", tmp_path / "moved", tmp_path / "target"
+    target.mkdir()
+    records = RecordFile("records.jsonl", key=lambda r: r["key"])
+    with RunStore(out, "test", {}, [records]) as store:
+        store.append("records.jsonl", {"key": 1})
+        out.rename(moved)
+        out.symlink_to(target)
+        store.append("records.jsonl", {"key": 2})
+        store.write_json("summary.json", {"n": 2})
+    assert list(target.iterdir()) == []
+    assert [json.loads(x)["key"] for x in (moved / "records.jsonl").read_text().splitlines()] == [1, 2]  # fmt: skip
+    assert json.loads((moved / "summary.json").read_text()) == {"n": 2}
+    assert not (moved / ".lock").exists()  # released in the folder it was taken in

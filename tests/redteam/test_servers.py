@@ -116,6 +116,7 @@ async def serving(app: web.Application, **runner_kwargs: Any):
 
 async def post(session: aiohttp.ClientSession, url: str, body: Any, **kw: Any) -> tuple[int, Any]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    kw["headers"] = {"Content-Type": "application/json", **kw.get("headers", {})}
     async with session.post(url, data=data, **kw) as r:
         text = await r.text()
         try:
@@ -133,7 +134,10 @@ async def send_raw(url: str, path: str, body: bytes) -> asyncio.StreamWriter:
     """Send a request on a bare socket; the caller then closes it without reading the answer."""
     host, port = url.removeprefix("http://").split(":")
     _, writer = await asyncio.open_connection(host, int(port))
-    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n"
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
     writer.write(head.encode() + body)
     await writer.drain()
     return writer

@@ -153,6 +153,9 @@ def test_a_long_episode_is_as_old_as_its_first_token():
 # -- the model server ------------------------------------------------------------------------
 
 
+JSON = {"Content-Type": "application/json"}
+
+
 class Served:
     def __init__(self, token=None):
         self.engine = load_engine(tiny=ENV)
@@ -196,7 +199,7 @@ async def test_malformed_weights_are_refused_and_the_served_weights_stay(make_bo
     async with Served() as s:
         before = {k: v.clone() for k, v in s.engine.model.state_dict().items()}
         code, text = await s.post("/update_weights", data=make_body(s.engine.model))
-        assert code == status and said in json.loads(text)["error"]
+        assert code == status and said in json.loads(text)["error"]["message"]
         assert s.engine.version == 0
         after = s.engine.model.state_dict()
         assert all(torch.equal(before[k], after[k]) for k in before)
@@ -238,21 +241,21 @@ async def test_weights_cannot_be_pushed_without_the_token():
         ({"prompt": [True]}, "list of token ids or a string"),
         ({"prompt": []}, "empty"),
         ({"prompt": [1], "temperature": -1}, "'temperature' must be from 0"),
-        ({"prompt": [1], "top_p": 0.5}, "top_p and top_k are not supported"),
+        ({"prompt": [1], "top_p": 0.5}, "'top_p' 0.5 is not supported"),
         ({"max_tokens": 2}, "needs 'prompt'"),
     ],
 )
 async def test_requests_past_the_servers_limits_get_a_one_line_400(body, said):
     async with Served() as s:
         code, text = await s.post("/v1/completions", json=body)
-    assert code == 400 and said in json.loads(text)["error"]
-    assert "Traceback" not in text and "\n" not in json.loads(text)["error"]
+    assert code == 400 and said in json.loads(text)["error"]["message"]
+    assert "Traceback" not in text and "\n" not in json.loads(text)["error"]["message"]
 
 
 async def test_malformed_json_and_nan_get_a_400_not_a_traceback():
     async with Served() as s:
         for raw in (b"{", b'{"prompt": [1], "temperature": NaN}', b"[" * 100_000, b"[1, 2]"):
-            code, text = await s.post("/v1/completions", data=raw)
+            code, text = await s.post("/v1/completions", data=raw, headers=JSON)
             assert code == 400, text
             assert "Traceback" not in text
 

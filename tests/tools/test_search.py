@@ -249,7 +249,7 @@ async def server_url(index):
 async def post(url: str, body: object) -> tuple[int, dict]:
     async with aiohttp.ClientSession() as s:
         data = body if isinstance(body, (str, bytes)) else json.dumps(body)
-        async with s.post(url, data=data) as r:
+        async with s.post(url, data=data, headers={"Content-Type": "application/json"}) as r:
             return r.status, await r.json()
 
 

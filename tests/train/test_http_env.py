@@ -76,7 +76,12 @@ def test_step_before_reset_and_unknown_sessions_explain_what_to_do(server_url):
 
 
 def test_bad_json_and_bad_seed_get_a_400_with_the_expected_form(server_url):
-    request = urllib.request.Request(server_url + "/reset", data=b"{nope", method="POST")
+    request = urllib.request.Request(
+        server_url + "/reset",
+        data=b"{nope",
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(request)
     assert e.value.code == 400 and "JSON object" in json.loads(e.value.read())["error"]

@@ -38,7 +38,7 @@ class Served:
     """A `ModelServer` on a free 127.0.0.1 port of the test's event loop."""
 
     def __init__(self, **kwargs):
-        self.engine = load_engine(tiny=ENV)
+        self.engine = load_engine(tiny=ENV, names=["m"])  # the name the clients below ask for
         self.server = ModelServer(self.engine, **kwargs)
 
     async def __aenter__(self):
@@ -139,17 +139,20 @@ async def test_a_weight_update_is_versioned_and_changes_what_is_sampled():
         prompt = [3, 4, 5]
         _, before = await s.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": 1})  # fmt: skip
         new = load_engine(tiny=ENV, seed=1).model  # other weights, same architecture
-        status, out = await s.post("/update_weights?weight_version=3", data=state_bytes(new))
-        assert (status, out["weight_version"]) == (200, "3")
+        status, out = await s.post("/update_weights?weight_version=1", data=state_bytes(new))
+        assert (status, out["weight_version"]) == (200, "1")
         _, after = await s.post("/v1/completions", json={"prompt": prompt, "max_tokens": 1, "temperature": 0, "logprobs": 1})  # fmt: skip
-        assert after["weight_version"] == "3"
+        assert after["weight_version"] == "1"
         assert (
             after["choices"][0]["logprobs"]["token_logprobs"]
             != before["choices"][0]["logprobs"]["token_logprobs"]
         )
-        # versions only go up
-        status, out = await s.post("/update_weights?weight_version=3", data=state_bytes(new))
-        assert status == 409 and "greater than the current 3" in out["error"]
+        # versions go up one at a time: neither an old one nor a jump is taken
+        for version in (1, 3):
+            status, out = await s.post(f"/update_weights?weight_version={version}", data=state_bytes(new))  # fmt: skip
+            assert status == 409 and "must be the next version, 2" in out["error"]["message"]
+        status, out = await s.post("/update_weights", data=state_bytes(new))
+        assert (status, out["weight_version"]) == (200, "2")
 
 
 async def test_weights_from_disk_use_sglangs_request(tmp_path):
@@ -158,7 +161,7 @@ async def test_weights_from_disk_use_sglangs_request(tmp_path):
         status, out = await s.post("/update_weights_from_disk", json={"model_path": str(tmp_path / "w"), "weight_version": "1"})  # fmt: skip
         assert (status, out["weight_version"]) == (200, "1")
         status, out = await s.post("/update_weights_from_disk", json={"model_path": str(tmp_path / "none")})  # fmt: skip
-        assert status == 400 and "no *.safetensors" in out["error"]
+        assert status == 400 and "no *.safetensors" in out["error"]["message"]
 
 
 async def test_a_request_sampled_across_an_update_reports_one_version():
@@ -179,7 +182,7 @@ async def test_a_request_sampled_across_an_update_reports_one_version():
 async def test_tokens_are_required_on_every_endpoint_when_set():
     async with Served(token="s3cret") as s:
         status, out = await s.post("/update_weights", data=b"x")
-        assert status == 401 and "Bearer" in out["error"]
+        assert status == 401 and "Bearer" in out["error"]["message"]
         status, _ = await s.post("/v1/completions", json={"prompt": [1]})
         assert status == 401
         status, _ = await s.post("/v1/completions", json={"prompt": [1], "max_tokens": 1}, headers={"Authorization": "Bearer s3cret"})  # fmt: skip
@@ -187,7 +190,7 @@ async def test_tokens_are_required_on_every_endpoint_when_set():
 
 
 def test_serve_model_runs_as_a_command_and_answers():
-    with ServerProcess(["--tiny", ENV]) as proc:
+    with ServerProcess(["--tiny", ENV, "--served-model-name", "m"]) as proc:
 
         async def ask():
             async with LLMClient(base_url=proc.url, model="m") as client:
@@ -287,17 +290,17 @@ async def test_a_json_body_over_max_body_is_refused_before_it_is_read_but_weight
         big = json.dumps({"prompt": [1] * 34_000, "max_tokens": 1}).encode()
         assert len(big) > 100_000
         status, out = await s.post("/v1/completions", data=big, headers={"Content-Type": "application/json"})  # fmt: skip
-        assert status == 413 and "65,536 bytes" in out["error"] and "--max-body-kb" in out["error"]
-        assert "\n" not in out["error"]
-        status, out = await s.post("/v1/chat/completions", data=big)
-        assert status == 413 and "--max-body-kb" in out["error"]
+        assert status == 413 and "65,536 bytes" in out["error"]["message"] and "--max-body-kb" in out["error"]["message"]
+        assert "\n" not in out["error"]["message"]
+        status, out = await s.post("/v1/chat/completions", data=big, headers={"Content-Type": "application/json"})  # fmt: skip
+        assert status == 413 and "--max-body-kb" in out["error"]["message"]
 
         async def chunks():  # no Content-Length: chunked transfer encoding
             for k in range(0, len(big), 8192):
                 yield big[k : k + 8192]
 
-        status, out = await s.post("/v1/completions", data=chunks())
-        assert status == 413 and "--max-body-kb" in out["error"]
+        status, out = await s.post("/v1/completions", data=chunks(), headers={"Content-Type": "application/json"})  # fmt: skip
+        assert status == 413 and "--max-body-kb" in out["error"]["message"]
         weights = state_bytes(load_engine(tiny=ENV, seed=1).model)
         assert len(weights) > 64 * 1024
         status, out = await s.post("/update_weights?weight_version=1", data=weights)
@@ -311,7 +314,7 @@ async def test_a_server_without_a_token_takes_the_environments(monkeypatch):
     async with Served(token=None) as s:
         assert s.server.token == "from-env"
         status, out = await s.post("/v1/completions", json={"prompt": [1], "max_tokens": 1})
-        assert status == 401 and "Bearer" in out["error"]
+        assert status == 401 and "Bearer" in out["error"]["message"]
         status, _ = await s.post("/v1/completions", json={"prompt": [1], "max_tokens": 1}, headers={"Authorization": "Bearer from-env"})  # fmt: skip
         assert status == 200
     monkeypatch.setenv("GEMKIT_SERVE_TOKEN", "")
@@ -321,12 +324,12 @@ async def test_a_server_without_a_token_takes_the_environments(monkeypatch):
 async def test_rows_per_request_are_capped_for_one_prompt_and_for_chat():
     async with Served(limits=ServerLimits(max_batch=2)) as s:
         status, out = await s.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 1, "n": 3})  # fmt: skip
-        assert status == 400 and "1 prompt x n=3" in out["error"] and "rows per request" in out["error"]  # fmt: skip
+        assert status == 400 and "1 prompt x n=3" in out["error"]["message"] and "rows per request" in out["error"]["message"]  # fmt: skip
         status, out = await s.post("/v1/completions", json={"prompt": "Word: apple", "max_tokens": 1, "n": 3})  # fmt: skip
-        assert status == 400 and "rows per request" in out["error"]
+        assert status == 400 and "rows per request" in out["error"]["message"]
         chat = {"messages": [{"role": "user", "content": "Word: apple"}], "max_tokens": 1, "n": 3}
         status, out = await s.post("/v1/chat/completions", json=chat)
-        assert status == 400 and "rows per request" in out["error"]
+        assert status == 400 and "rows per request" in out["error"]["message"]
         status, out = await s.post("/v1/chat/completions", json={**chat, "n": 2})
         assert status == 200 and len(out["choices"]) == 2
         assert s.server.rows == 2  # the refused requests sampled nothing

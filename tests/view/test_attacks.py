@@ -373,7 +373,7 @@ def test_a_request_another_site_makes_is_refused(viewer, get, headers, path):
     the browser marks it cross-site, and the viewer refuses it (no verifier runs, no search)."""
     got = get(viewer.url, path, headers=headers)
     assert got.status == 403, got.status
-    assert "this viewer answers only its own pages" in html.unescape(got.text)
+    assert "answers no web page of another" in html.unescape(got.text)
 
 
 def test_a_request_of_the_viewer_own_pages_is_answered(viewer, get):

@@ -9,34 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-CHROMEDRIVER = shutil.which("chromedriver")
+from gemkit.testing.browser import chromium, skip_without_browser
 
+skip_without_browser()
 
-def _missing() -> str | None:
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return "selenium is not installed (pip install -e '.[dev]')"
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        return (
-            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)"
-        )
-    return None
-
-
-if _missing():
-    if os.environ.get("GEMKIT_REQUIRE_BROWSER"):  # CI sets it: a silent skip would hide a break
-        pytest.fail(f"GEMKIT_REQUIRE_BROWSER is set but {_missing()}", pytrace=False)
-    pytest.skip(_missing() or "", allow_module_level=True)
-
-from selenium import webdriver  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support import expected_conditions as ec  # noqa: E402
@@ -45,30 +25,11 @@ from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 from gemkit.cli.view import check_task  # noqa: E402
 from gemkit.view import ViewServer  # noqa: E402
 
-#: flags for a root, offline machine: no sandbox, no GPU, no calls home
-FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--hide-scrollbars", "--window-size=1400,1000",
-)  # fmt: skip
-
 
 @pytest.fixture(scope="module")
 def browser():
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in FLAGS:
-        options.add_argument(flag)
-    profile = tempfile.mkdtemp(prefix="gemkit-view-chromium-")
-    options.add_argument(f"--user-data-dir={profile}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    driver.set_page_load_timeout(120)
-    try:
+    with chromium(("--hide-scrollbars", "--window-size=1400,1000"), console_log=True) as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def wait(driver, timeout: float = 60):
