@@ -164,7 +164,8 @@ def test_a_seed_gives_the_same_tokens_whatever_else_is_sampled_with_them(model):
     ("kwargs", "named"),
     [
         ({"stop": ["x"]}, "'stop'"),
-        ({"top_p": 0.5}, "'top_p'"),
+        ({"top_p": 1.5}, "top_p must be a number in (0, 1]"),  # honoured, when in range
+        ({"extra_body": {"repetition_penalty": 1.1}}, "'repetition_penalty'"),
         ({"presence_penalty": 1.0}, "'presence_penalty'"),
         ({"frequency_penalty": 0.5}, "'frequency_penalty'"),
         ({"logit_bias": {"3": 5}}, "'logit_bias'"),
@@ -173,7 +174,7 @@ def test_a_seed_gives_the_same_tokens_whatever_else_is_sampled_with_them(model):
             {"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]},
             "'tools'",
         ),  # fmt: skip
-        ({"extra_body": {"top_k": 5}}, "'top_k'"),
+        ({"extra_body": {"top_k": -5}}, "top_k must be an integer >= 1"),
         ({"extra_body": {"min_tokens": 3}}, "'min_tokens'"),
         ({"extra_body": {"bogus_field": 1}}, "'bogus_field'"),
         ({"stream_options": {"include_usage": True}}, "stream_options"),

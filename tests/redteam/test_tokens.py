@@ -241,7 +241,8 @@ async def test_weights_cannot_be_pushed_without_the_token():
         ({"prompt": [True]}, "list of token ids or a string"),
         ({"prompt": []}, "empty"),
         ({"prompt": [1], "temperature": -1}, "'temperature' must be from 0"),
-        ({"prompt": [1], "top_p": 0.5}, "'top_p' 0.5 is not supported"),
+        ({"prompt": [1], "top_p": 1.5}, "top_p must be a number in (0, 1]"),
+        ({"prompt": [1], "repetition_penalty": 1.1}, "'repetition_penalty' 1.1 is not supported"),
         ({"max_tokens": 2}, "needs 'prompt'"),
     ],
 )
