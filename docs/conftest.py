@@ -92,7 +92,10 @@ def parse_page(document: Document) -> Iterable[Region]:
             gap = document.text[previous[0].end : region.start] if previous else "x"
             if previous is None or gap.strip():
                 yield _problem_region(
-                    region, page, line, "an ```output block must follow a ```python or "
+                    region,
+                    page,
+                    line,
+                    "an ```output block must follow a ```python or "
                     "```bash block directly (only blank lines between): it shows what that "
                     "block prints",
                 )
@@ -104,7 +107,9 @@ def parse_page(document: Document) -> Iterable[Region]:
             previous = None
             continue
         if previous is not None:
-            yield Region(previous[0].start, previous[0].end, parsed=previous[1], evaluator=run_block)
+            yield Region(
+                previous[0].start, previous[0].end, parsed=previous[1], evaluator=run_block
+            )
             previous = None
         file = FILE.search(rest)
         if file is not None:  # a file the reader saves: written to the page's folder in order
@@ -123,13 +128,19 @@ def parse_page(document: Document) -> Iterable[Region]:
         reason = notest.group("reason").strip() if notest else None
         if notest and not reason:
             yield _problem_region(
-                region, page, line, "a `notest` block says why it cannot run, beside the "
+                region,
+                page,
+                line,
+                "a `notest` block says why it cannot run, beside the "
                 "word: ```bash notest: needs the network (pip install)",
             )
             continue
         if reason is None and INSTALLS.search(source):
             yield _problem_region(
-                region, page, line, "this block installs packages, which would change the "
+                region,
+                page,
+                line,
+                "this block installs packages, which would change the "
                 "environment of every test after it (and needs the network): fence it as "
                 "```bash notest: installs packages",
             )

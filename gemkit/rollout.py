@@ -267,6 +267,9 @@ async def play_in_order(
                 running.add(asyncio.create_task(one(order[started], idle.pop())))
                 started += 1
             done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:  # read every failure, so none is left "never retrieved"
+                if not task.cancelled():
+                    task.exception()
             for task in done:
                 k, env, episode = task.result()
                 idle.append(env)

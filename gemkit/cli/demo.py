@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gemkit.cli.arguments import positive
 from gemkit.cli.console import console
 
 DEMO_GAMES = (
@@ -22,8 +23,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "demo", help="run the offline demo: verified data synthesis, then games played by experts"
     )
-    p.add_argument("--out", type=Path, default=Path("demo-out"))
-    p.add_argument("-n", "--episodes", type=int, default=5)
+    p.add_argument(
+        "--out", type=Path, default=Path("demo-out"), metavar="DIR",
+        help="where the demo writes its runs (default demo-out; run again, it resumes)",
+    )  # fmt: skip
+    p.add_argument(
+        "-n", "--episodes", type=positive, default=5, help="episodes per game (default 5)"
+    )
     p.set_defaults(func=run)
 
 

@@ -6,6 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from gemkit.cli.arguments import add_run_folder, count, positive, refuse_unless_resume
 from gemkit.cli.console import console
 
 
@@ -18,20 +19,20 @@ def add_tasks_parser(synth_subparsers: argparse._SubParsersAction) -> argparse.A
             "Build a database per task, propose a task with a solution that may only call "
             "tools and a verifier, harden it level by level while the solution still "
             "verifies, and keep tasks a solver passes at least once in k tries. "
-            "Run it again on the same --out to resume."
+            "Resumable: after an interruption, run the same command with --resume."
         ),
     )
     p.add_argument(
         "--category", default="trip_planning", help="task category (default trip_planning)"
     )
-    p.add_argument("-n", type=int, default=10, help="tasks to keep (default 10)")
-    p.add_argument("--min-level", type=int, default=1, help="lowest target level (default 1)")
-    p.add_argument("--max-level", type=int, default=4, help="highest target level (default 4)")
-    p.add_argument("--out", type=Path, default=Path("synth-tasks"), help="output folder")
-    p.add_argument("--k", type=int, default=4, help="tries of the pass@k filter (0: no filter)")
+    p.add_argument("-n", type=positive, default=10, help="tasks to keep (default 10)")
+    p.add_argument("--min-level", type=positive, default=1, help="lowest target level (default 1)")
+    p.add_argument("--max-level", type=positive, default=4, help="highest target level (default 4)")
+    add_run_folder(p, what="run folder (tasks.jsonl, rejected.jsonl, db/, dataset/)")
+    p.add_argument("--k", type=count, default=4, help="tries of the pass@k filter (0: no filter)")
     p.add_argument("--llm", default=None, metavar="URL", help="OpenAI-compatible endpoint")
     p.add_argument("--model", default=None, help="model name for --llm")
-    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--workers", type=positive, default=1, help="worker processes (default 1)")
     p.add_argument(
         "--executor",
         choices=["process", "ray"],
@@ -52,6 +53,8 @@ def run_tasks(args: argparse.Namespace) -> int:
 
     from gemkit.synth.tasks.run import RunConfig, run_synthesis
 
+    if getattr(args, "writes_run", False):  # the command line, not the demo
+        refuse_unless_resume(args)
     config = RunConfig(
         category=args.category,
         n=args.n,

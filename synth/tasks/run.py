@@ -234,7 +234,7 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
             db_path.unlink(missing_ok=True)
             raise TaskSynthesisError(
                 f"task {tid}: the LLM endpoint failed ({e}); the records so far are saved, "
-                "run the same command again to resume"
+                "run the same command with --resume"
             ) from e
         if record is None:
             db_path.unlink(missing_ok=True)
