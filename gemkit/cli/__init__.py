@@ -79,8 +79,7 @@ def how_to_go_on(args: argparse.Namespace, argv: Sequence[str]) -> str:
         return ""
     again = ["gemkit", *argv] + ([] if "--resume" in argv else ["--resume"])
     return (
-        f"; what was done is kept in {out}. To go on where it stopped, run:\n"
-        f"  {shlex.join(again)}"
+        f"; what was done is kept in {out}. To go on where it stopped, run:\n  {shlex.join(again)}"
     )
 
 

@@ -48,11 +48,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
     )
     p.add_argument(
-        "--max-tokens", type=positive, default=1024, help="token budget of each reply (default 1024)"
+        "--max-tokens",
+        type=positive,
+        default=1024,
+        help="token budget of each reply (default 1024)",
     )
     p.add_argument("--concurrency", type=positive, default=8, help="attempts played at once")
     p.add_argument("--limit", type=positive, default=None, help="only the first N items")
-    p.add_argument("--seed", type=int, default=0, help="run seed: each attempt draws its seed from (SEED, item, mode, attempt)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="run seed: each attempt draws its seed from (SEED, item, mode, attempt)",
+    )
     p.set_defaults(func=run)
 
 
