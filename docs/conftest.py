@@ -38,6 +38,7 @@ BLOCK_TIMEOUT_S = float(os.environ.get("GEMKIT_DOCS_BLOCK_TIMEOUT", "600"))
 LANGUAGES = {"python": "python", "py": "python", "bash": "bash", "sh": "bash", "shell": "bash"}
 OUTPUT = "output"
 FILE = re.compile(r"(?:^|\s)file=(?P<path>\S+)")
+NEEDS = re.compile(r"(?:^|\s)needs=(?P<what>\S+)")
 NOTEST = re.compile(r"\bnotest\b[\s:—-]*(?P<reason>.*)$")
 # a block that installs packages would change the environment every later test runs in
 INSTALLS = re.compile(r"\b(?:pip3?|uv pip|python3? -m pip)\s+install\b|\bapt(?:-get)?\s+install\b")
@@ -61,6 +62,7 @@ class Block:
     expected: str | None  # the ```output block right after it, if any
     expected_line: int | None
     file: str | None = None  # `file=PATH`: the block is written to PATH, not run
+    needs: str | None = None  # `needs=docker`: skipped where that is missing (unless required)
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,15 @@ def parse_page(document: Document) -> Iterable[Region]:
                 "```bash notest: installs packages",
             )
             continue
-        block = Block(page, LANGUAGES[language], source, line, reason, None, None)
+        needs = NEEDS.search(rest)
+        what = needs.group("what") if needs else None
+        if what is not None and what not in REQUIREMENTS:
+            yield _problem_region(
+                region, page, line, f"needs={what} is not a requirement the docs tests know; "
+                f"one of: {', '.join(sorted(REQUIREMENTS))}",
+            )
+            continue
+        block = Block(page, LANGUAGES[language], source, line, reason, None, None, needs=what)
         previous = (region, block)
     if previous is not None:
         yield Region(previous[0].start, previous[0].end, parsed=previous[1], evaluator=run_block)
@@ -326,6 +336,19 @@ def _tail(text: str, lines: int = 30) -> str:
     return "\n".join("    " + line for line in kept)
 
 
+def _docker_answers() -> bool:
+    try:
+        done = subprocess.run(["docker", "info"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
+
+
+#: what a block may need beyond Python: how to tell it is there, and the variable that makes
+#: its absence a failure (CI sets it, as it does for the tests that need the same thing)
+REQUIREMENTS = {"docker": (_docker_answers, "GEMKIT_REQUIRE_DOCKER", "a Docker engine")}
+
+
 def run_block(example: Example) -> str | None:
     """Run a block in its page's session; a message saying what went wrong, or None."""
     block: Block = example.parsed
@@ -334,6 +357,10 @@ def run_block(example: Example) -> str | None:
         where += f" (file={block.file})"
     if block.notest is not None:
         pytest.skip(f"{where} is marked notest: {block.notest}")
+    if block.needs is not None:
+        present, required_by, name = REQUIREMENTS[block.needs]
+        if not os.environ.get(required_by) and not present():
+            pytest.skip(f"{where} needs {name}, which is not here ({required_by} is not set)")
     session = example.namespace.get("session")
     if session is None:  # the page's first block that runs
         session = example.namespace["session"] = PageSession(block.page)
