@@ -120,32 +120,12 @@ def run_tasks(args: argparse.Namespace) -> int:
 
 
 def demo_tasks(out: Path, n: int = 4) -> int:
-    """The demo's part: a small trip-planning synthesis, then one episode by the baseline."""
+    """The demo's part: a small trip-planning synthesis (its tuples play as toolworld envs)."""
     import argparse as _argparse
 
-    from gemkit.registry import make, spec
-
-    console.rule("[bold]task synthesis: trip planning tuples, then one toolworld episode")
+    console.rule("[bold]task synthesis: trip planning tuples")
     args = _argparse.Namespace(
         category="trip_planning", n=n, min_level=1, max_level=4, out=out, k=2, llm=None,
         model=None, workers=1, seed=0, no_export=True, executor="process", ray_address=None,
     )  # fmt: skip
-    run_tasks(args)
-    env = make("toolworld:TripPlanning-v0", path=out)
-    agent = spec("toolworld:TripPlanning-v0").make_expert(seed=0)  # the same calls every run
-    obs, info = env.reset(seed=0)
-    steps, reward, info = 0, 0.0, {}
-    while steps < 10:
-        steps += 1
-        obs, reward, terminated, truncated, info = env.step(agent.choose(obs))
-        if terminated or truncated:
-            break
-    env.close()
-    verdict = (
-        "passed" if info.get("success") else "failed: " + "; ".join(info.get("violations", []))
-    )
-    console.print(
-        f"toolworld:TripPlanning-v0, task {info.get('task_id')}: baseline agent made "
-        f"{info.get('tool_uses', '?')} tool calls in {steps} actions, reward {reward:g} ({verdict})"
-    )
-    return 0
+    return run_tasks(args)

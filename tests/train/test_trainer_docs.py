@@ -177,9 +177,8 @@ def test_openrlhfs_loader_builds_the_documented_agent_and_it_plays_a_prompt(tmp_
 
 def verl_config(overrides: list[str]):
     """verl's own `ppo_trainer` config (what `main_ppo` gets from Hydra) with `overrides`."""
-    from hydra import compose, initialize_config_dir
-
     import verl.trainer
+    from hydra import compose, initialize_config_dir
 
     folder = Path(verl.trainer.__file__).parent / "config"
     with initialize_config_dir(config_dir=str(folder), version_base=None):
