@@ -8,7 +8,7 @@ Layout of an output folder (a run-store folder, `gemkit.runstore`):
     DIR/progress.log     one line per event (each model reply in LLM mode, each task settled),
                          to follow a run without a terminal: `tail -f DIR/progress.log`
     DIR/db/<id>.sqlite   each task's database
-    DIR/datasets/        the records as a Hugging Face `datasets` folder (at the end)
+    DIR/dataset/         the records as a Hugging Face `datasets` folder (at the end)
 
 Task `i` of a run has the id `<category>-s<seed>-<i:06d>` and its own generator seeded from
 `(seed, i)`, so a killed run started again skips what it wrote, drops a torn last line, and
@@ -487,7 +487,7 @@ def export_datasets(
 
     typed = [TaskRecord.parse(r) for r in records]
     if store is None:
-        return save_dataset(typed, TaskRecord, out / "datasets")
-    with store.replacing("datasets") as tmp:
+        return save_dataset(typed, TaskRecord, out / "dataset")
+    with store.replacing("dataset") as tmp:
         save_dataset(typed, TaskRecord, tmp)
-    return out / "datasets"
+    return out / "dataset"

@@ -23,7 +23,7 @@ def test_synth_tasks_runs_resumes_and_prints_the_level_table(tmp_path, capsys):
     assert "pass@2" in out and "mean valid answers" in out
     lines = (tmp_path / "tasks.jsonl").read_text().splitlines()
     assert len(lines) == 2 and all(json.loads(x)["category"] == "shopping_basket" for x in lines)
-    assert (tmp_path / "datasets").is_dir()
+    assert (tmp_path / "dataset").is_dir()
     args = _parser().parse_args([*argv, "--resume"])
     assert args.func(args) == 0
     assert "resumed 2" in capsys.readouterr().out
