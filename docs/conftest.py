@@ -29,7 +29,6 @@ from pathlib import Path
 
 import pytest
 from sybil import Document, Example, Region, Sybil
-from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
 DOCS = Path(__file__).resolve().parent
 REPO = DOCS.parent
@@ -78,13 +77,48 @@ def _line_of(text: str, index: int) -> int:
     return text.count("\n", 0, index) + 1
 
 
+OPENING = re.compile(r"(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^\n]*)")
+CLOSING = re.compile(r"[ \t]*(?P<fence>`{3,}|~{3,})[ \t]*")
+
+
+def fenced_blocks(text: str) -> Iterable[Region]:
+    """The fenced code blocks of a Markdown text, as CommonMark reads them.
+
+    A fence is three or more backticks or tildes; a backtick fence's info string has no
+    backtick (so a line that starts with inline code is no fence); the block ends at a fence
+    of the same character, at least as long, with nothing after it (or at the end of the
+    text). A fence inside a block is part of its text.
+    """
+    lines = text.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    i = 0
+    while i < len(lines):
+        opening = OPENING.fullmatch(lines[i].rstrip("\n"))
+        if opening is None or (opening["fence"][0] == "`" and "`" in opening["info"]):
+            i += 1
+            continue
+        fence, indent = opening["fence"], len(opening["indent"])
+        j = i + 1
+        while j < len(lines):
+            closing = CLOSING.fullmatch(lines[j].rstrip("\n"))
+            if closing and closing["fence"][0] == fence[0] and len(closing["fence"]) >= len(fence):
+                break
+            j += 1
+        body = "".join(
+            line[indent:] if line[:indent].isspace() else line for line in lines[i + 1 : j]
+        )
+        end = starts[min(j + 1, len(lines))]
+        yield Region(starts[i], end, lexemes={"info": opening["info"], "source": body})
+        i = j + 1
+
+
 def parse_page(document: Document) -> Iterable[Region]:
     """The runnable blocks of a page, each joined with the ```output block that follows it."""
     page = str(Path(document.path).resolve().relative_to(REPO))
-    lexer = RawFencedCodeBlockLexer(info_pattern=re.compile(r"(?P<info>[^\n]*)$\n", re.MULTILINE))
-    fences = sorted(lexer(document), key=lambda region: region.start)
     previous: tuple[Region, Block] | None = None  # the last block, while an output may follow
-    for region in fences:
+    for region in fenced_blocks(document.text):
         info = str(region.lexemes["info"]).strip()
         language = info.split(maxsplit=1)[0].lower() if info else ""
         rest = info[len(language) :].strip()
@@ -151,7 +185,10 @@ def parse_page(document: Document) -> Iterable[Region]:
         what = needs.group("what") if needs else None
         if what is not None and what not in REQUIREMENTS:
             yield _problem_region(
-                region, page, line, f"needs={what} is not a requirement the docs tests know; "
+                region,
+                page,
+                line,
+                f"needs={what} is not a requirement the docs tests know; "
                 f"one of: {', '.join(sorted(REQUIREMENTS))}",
             )
             continue

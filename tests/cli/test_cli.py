@@ -59,6 +59,9 @@ def test_version_prints_the_package_version(capsys):
         cli(["--version"])
     assert e.value.code == 0
     assert capsys.readouterr().out.strip() == f"gemkit {gemkit.__version__}"
+    from importlib.metadata import version
+
+    assert version("gemkit") == gemkit.__version__, "the package metadata reads the same one"
 
 
 # -- gemkit list ----------------------------------------------------------------------------------

@@ -51,10 +51,14 @@ def test_through_gemkit_main_a_bad_category_is_a_message_not_a_traceback(
     assert "Traceback" not in out
 
 
-def test_demo_part_synthesizes_and_plays_one_episode(tmp_path, capsys):
+def test_demo_part_synthesizes_tasks_and_the_demo_plays_and_saves_them(tmp_path, capsys):
+    from gemkit.cli.demo import play_tasks
     from gemkit.cli.synth_tasks import demo_tasks
 
-    assert demo_tasks(tmp_path, n=2) == 0
+    assert demo_tasks(tmp_path / "tasks", n=2) == 0
+    assert len((tmp_path / "tasks" / "tasks.jsonl").read_text().splitlines()) == 2
+    play_tasks(tmp_path / "tasks", tmp_path / "played", 2)
     out = capsys.readouterr().out
-    assert "toolworld:TripPlanning-v0" in out and "baseline agent made" in out
-    assert len((tmp_path / "tasks.jsonl").read_text().splitlines()) == 2
+    assert "toolworld:TripPlanning-v0" in out and out.count("the baseline agent made") == 2
+    played = [json.loads(x) for x in (tmp_path / "played" / "episodes.jsonl").read_text().splitlines()]
+    assert [p["index"] for p in played] == [0, 1] and all(p["tool_calls"] for p in played)

@@ -162,7 +162,9 @@ def test_openrlhfs_loader_builds_the_documented_agent_and_it_plays_a_prompt(tmp_
 
     row = json.loads(Path("prompts.jsonl").read_text().splitlines()[3])
     sampling = SimpleNamespace(logprobs=None, max_tokens=8)
-    result = asyncio.run(executor.execute(row["input"], row["label"], sampling, 4096, tok, Engine()))
+    result = asyncio.run(
+        executor.execute(row["input"], row["label"], sampling, 4096, tok, Engine())
+    )
     env = gemkit.make(ENV)  # the same episode, played here: the agent replayed the label's seed
     env.reset(seed=json.loads(row["label"])["seed"])
     total, turns, done = 0.0, 0, False
