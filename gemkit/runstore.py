@@ -303,10 +303,18 @@ def held_run(folder: str | os.PathLike[str]) -> str | None:
     return str(manifest.get("kind", "unknown")) if isinstance(manifest, dict) else "unknown"
 
 
-def check_resume(folder: str | os.PathLike[str], *, resume: bool) -> None:
-    """The resume rule of every command: a folder that holds a run is continued only on resume."""
-    kind = held_run(folder)
-    if kind is not None and not resume:
+def check_resume(folder: str | os.PathLike[str], kind: str, *, resume: bool) -> None:
+    """The resume rule of every command: a folder that holds a run is continued only on resume.
+
+    A folder holding a run of another kind is refused either way (`RunStore` says the same).
+    """
+    held = held_run(folder)
+    if held is not None and held != kind:
+        raise RunStoreError(
+            f"{folder} holds a `gemkit {held}` run, not a `gemkit {kind}` one; choose another "
+            "--out folder"
+        )
+    if held is not None and not resume:
         raise RunStoreError(
             f"{folder} already holds a `gemkit {kind}` run; pass --resume to continue it, or "
             "choose another --out folder"

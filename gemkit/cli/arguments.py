@@ -59,8 +59,8 @@ def add_run_folder(
     parser.set_defaults(writes_run=True)
 
 
-def refuse_unless_resume(args: argparse.Namespace) -> None:
+def refuse_unless_resume(args: argparse.Namespace, kind: str) -> None:
     """For commands whose library call always resumes: refuse a run folder without --resume."""
     from gemkit.runstore import check_resume
 
-    check_resume(args.out, resume=args.resume)
+    check_resume(args.out, kind, resume=args.resume)

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gemkit.synth.difficulty_filter import FilterConfig, run_filter
 
-    refuse_unless_resume(args)
+    refuse_unless_resume(args, "filter")
     config = FilterConfig(
         source=args.source, out=str(args.out), llm_url=args.llm, model=args.model, k=args.k,
         max_accuracy=args.max_accuracy, max_closed_book=args.max_closed_book,

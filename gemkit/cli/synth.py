@@ -87,7 +87,7 @@ def run_qa(args: argparse.Namespace) -> int:
         raise GemkitError("--llm needs --model NAME (the model the endpoint serves)")
     if args.model and not args.llm:
         raise GemkitError("--model needs --llm URL (an OpenAI-compatible endpoint)")
-    refuse_unless_resume(args)
+    refuse_unless_resume(args, "synth qa")
     config = RunConfig(n=args.n, world_size=args.world_size, seed=args.seed,
                        min_inject=args.min_inject, min_fuzz=args.min_fuzz, llm_url=args.llm,
                        model=args.model, corpus=args.corpus, seeds=args.seeds)

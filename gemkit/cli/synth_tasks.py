@@ -54,7 +54,7 @@ def run_tasks(args: argparse.Namespace) -> int:
     from gemkit.synth.tasks.run import RunConfig, run_synthesis
 
     if getattr(args, "writes_run", False):  # the command line, not the demo
-        refuse_unless_resume(args)
+        refuse_unless_resume(args, "synth tasks")
     config = RunConfig(
         category=args.category,
         n=args.n,

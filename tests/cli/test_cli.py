@@ -252,3 +252,12 @@ def test_synth_tasks_needs_an_out_folder_like_every_other_run(capsys):
         cli(["synth", "tasks", "-n", "1"])
     assert e.value.code == 2 and "--out" in capsys.readouterr().err
     assert not Path("synth-tasks").exists()
+
+
+def test_a_folder_holding_another_commands_run_is_refused_with_or_without_resume(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert cli([*RUNS["synth qa"], "--out", str(out)]) == 0
+    capsys.readouterr()
+    for extra in ([], ["--resume"]):
+        assert cli([*RUNS["synth tasks"], "--out", str(out), *extra]) == 2
+        assert "holds a `gemkit synth qa` run, not a `gemkit synth tasks` one" in said(capsys)
