@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip install -q
 # the CPU build of torch (a plain `torch` requirement could pull a multi-GB CUDA build)
 TORCH ?= torch==2.13.0
-TEST_EXTRAS ?= dev,rg,math,mcp,train,ray,gem,textarena,textworld,twx,scienceworld,openenv,skyrl
+TEST_EXTRAS ?= dev,rg,math,mcp,train,ray,gem,textarena,textworld,twx,scienceworld,openenv,skyrl,docs
 # verl and OpenRLHF as tests/train/test_adapters.py runs them: the packages without their heavy
 # dependencies (CUDA, vLLM, deepspeed, pinned torch/transformers), plus the light ones their
 # agent APIs import. tensordict and pyvers go --no-deps too: pyvers pins packaging<26.
@@ -21,7 +21,7 @@ VERIFIERS_DEPS ?= anthropic gepa httpx2 loguru msgpack 'prime-pydantic-config[to
 NEMO_VENV ?= .venv-nemo
 NEMO_GYM ?= nemo-gym==0.4.0
 
-.PHONY: demo test live lint bench clean trainers nemo
+.PHONY: demo test live lint bench clean trainers nemo docs
 
 $(VENV)/.demo-installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,10 @@ live: $(VENV)/.test-installed
 	$(PY) -m pytest -m live tests/live; status=$$?; \
 	[ -n "$(LIVE_KEEP)" ] || LIVE_VLLM_PORT=$(LIVE_VLLM_PORT) LIVE_LLAMA_PORT=$(LIVE_LLAMA_PORT) bash tests/live/servers/start.sh stop; \
 	exit $$status
+
+# the documentation site with its API reference, into build/site (warnings are errors)
+docs: $(VENV)/.test-installed
+	$(PY) -m mkdocs build --strict
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .

@@ -1,6 +1,6 @@
 """Map the three source folders onto one import namespace: gemkit, gemkit.envs, gemkit.synth."""
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 ROOTS = {"gemkit": "gemkit", "gemkit.envs": "envs", "gemkit.synth": "synth"}
 
@@ -11,7 +11,10 @@ def _packages() -> tuple[list[str], dict[str, str]]:
     for name, folder in ROOTS.items():
         package_dir[name] = folder
         packages.append(name)
-        packages += [f"{name}.{sub}" for sub in find_packages(folder)]
+        # namespace packages too: a data folder (envs/math/data) is a package of its own, so
+        # setuptools ships it without its "absent from the packages configuration" warning
+        subs = find_namespace_packages(folder, exclude=["*__pycache__*"])
+        packages += [f"{name}.{sub}" for sub in subs]
     return packages, package_dir
 
 
@@ -22,6 +25,9 @@ setup(
     # the verifiers taskset id `gemkit-verifiers`: verifiers imports it as a top-level module
     py_modules=["gemkit_verifiers"],
     include_package_data=True,
-    # the `__init__.pyi` stubs are read at import time: they list the lazy exports
-    package_data={"": ["*.txt", "*.json", "*.jsonl", "*.sh", "*.yaml", "*.pyi", "data/*"]},
+    # the `__init__.pyi` stubs are read at import time: they list the lazy exports; py.typed
+    # tells type checkers to read them (PEP 561)
+    package_data={
+        "": ["*.txt", "*.json", "*.jsonl", "*.sh", "*.yaml", "*.pyi", "*.css", "*.js", "py.typed"]
+    },
 )

@@ -11,8 +11,10 @@ from typing import Any, SupportsFloat
 
 import gymnasium
 import numpy as np
+from gymnasium.error import CustomSpaceError
 from gymnasium.spaces import Text
 from gymnasium.utils import seeding
+from gymnasium.vector.utils import create_shared_memory
 
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 ResetResult = tuple[str, dict[str, Any]]
@@ -34,6 +36,22 @@ class TextSpace(Text):
 
     def __repr__(self) -> str:
         return f"TextSpace(max_length={self.max_length})"
+
+
+@create_shared_memory.register(TextSpace)
+def _text_has_no_shared_memory(space: TextSpace, n: int = 1, ctx: Any = None) -> Any:
+    """Refuse gymnasium's shared memory, which cannot carry a text observation.
+
+    `gymnasium.vector.AsyncVectorEnv(shared_memory=True)`, its default, reads a `Text`
+    observation out of the buffer once, when the vector is made, and hands back that string
+    ever after (all "0"s), at the cost of a Python loop over `max_length` characters per env
+    and step. Raising here makes gymnasium say to pass `shared_memory=False`.
+    """
+    raise CustomSpaceError(
+        f"{space!r} cannot go through gymnasium's shared memory (it would return the same "
+        "string of '0's at every step): pass shared_memory=False to "
+        "gymnasium.vector.AsyncVectorEnv, or use gemkit.make_vec"
+    )
 
 
 class Env(gymnasium.Env[str, str]):

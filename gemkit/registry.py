@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import inspect
 import logging
 import re
@@ -19,7 +20,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from gemkit.errors import InvalidEnvIdError, RegistrationError, UnknownEnvError
+from gemkit.errors import GemkitError, InvalidEnvIdError, RegistrationError, UnknownEnvError
 
 if TYPE_CHECKING:
     from gemkit.core import Env
@@ -56,6 +57,10 @@ class EnvSpec:
     description: str = ""
     tags: tuple[str, ...] = ()
     expert: str | Callable[..., Any] | None = None
+    #: top-level modules the env needs beyond gemkit's own dependencies, and the gemkit extra
+    #: that installs them (`gemkit list` marks ids whose modules are missing)
+    requires: tuple[str, ...] = ()
+    extra: str | None = None
     family: str = ""
     name: str = ""
     version: int | None = None
@@ -78,6 +83,16 @@ class EnvSpec:
         if render_mode is not None:
             env.unwrapped.render_mode = render_mode
         return env
+
+    def missing(self) -> tuple[str, ...]:
+        """The modules of `requires` that are not installed (found without importing them)."""
+        return tuple(m for m in self.requires if importlib.util.find_spec(m) is None)
+
+    def install_hint(self) -> str:
+        """What to install for this env, e.g. `pip install 'gemkit[rg]'`."""
+        if self.extra:
+            return f"pip install 'gemkit[{self.extra}]'"
+        return "pip install " + " ".join(self.missing() or self.requires)
 
     def make_expert(self, seed: int | None = None) -> Any:
         """Build this env's scripted expert policy, or raise if it has none.
@@ -118,9 +133,15 @@ def register(
     description: str = "",
     tags: Iterable[str] = (),
     expert: str | Callable[..., Any] | None = None,
+    requires: Iterable[str] = (),
+    extra: str | None = None,
     override: bool = False,
 ) -> EnvSpec:
-    """Register an env id. `entry_point` is a factory or a `"module:attr"` string (lazy)."""
+    """Register an env id. `entry_point` is a factory or a `"module:attr"` string (lazy).
+
+    `requires` names the top-level modules the env imports beyond gemkit's dependencies and
+    `extra` the gemkit extra that installs them; listing checks them without importing.
+    """
     parts = parse_id(id)
     if id in _REGISTRY and not override:
         raise RegistrationError(f"{id} is already registered; pass override=True to replace it")
@@ -131,6 +152,8 @@ def register(
         description=description,
         tags=tuple(tags),
         expert=expert,
+        requires=tuple(requires),
+        extra=extra,
         **parts,
     )
     _REGISTRY[id] = spec
@@ -310,6 +333,29 @@ def make_vec(
 
         return RayVectorEnv([factory] * num_envs, autoreset_mode=autoreset_mode)
     raise ValueError(f"unknown vector mode {mode!r}; expected 'sync', 'async' or 'ray'")
+
+
+POLICIES = ("expert", "random", "llm")
+
+
+def check_policy(name: str, env_id: str) -> EnvSpec:
+    """Check, before any episode, that `env_id` exists, can be built here and be played by `name`.
+
+    Raises `UnknownEnvError` for an unknown id or an expert the id does not have, and
+    `GemkitError` naming what to install when a module the env requires is missing.
+    """
+    env_spec = spec(env_id)
+    if name not in POLICIES:
+        raise GemkitError(f"unknown policy {name!r}; expected one of {', '.join(POLICIES)}")
+    missing = env_spec.missing()
+    if missing:
+        raise GemkitError(
+            f"{env_id} needs {', '.join(missing)}, which is not installed: "
+            f"{env_spec.install_hint()}"
+        )
+    if name == "expert":
+        env_spec.make_expert(seed=0)  # no expert, or one that cannot be built, fails here
+    return env_spec
 
 
 def make_policy(name: str, env_id: str, *, seed: int | None = None, **kwargs: Any) -> Policy:

@@ -237,6 +237,28 @@ def _usage_of(policy: Any) -> dict[str, int]:
     return out
 
 
+#: the return at which an episode of an env that reports no `info["success"]` counts as solved,
+#: when its spec has no `reward_threshold` (gemkit's convention: a solved task pays 1)
+SUCCESS_RETURN = 1.0
+
+
+def with_success(env: Any, info: Mapping[str, Any], total: float) -> Mapping[str, Any]:
+    """The last step's info with `success`: the env's own, else the return against a bar.
+
+    A third-party env (a plain gymnasium env, one from another library) that says nothing
+    of success is counted solved when the episode's return reaches its spec's
+    `reward_threshold` (gymnasium's "considered solved"), or `SUCCESS_RETURN` without one;
+    `info["success_from"]` then says which rule decided.
+    """
+    if "success" in info:
+        return info
+    spec = getattr(env, "spec", None) or getattr(getattr(env, "unwrapped", None), "spec", None)
+    threshold = getattr(spec, "reward_threshold", None)
+    bar = SUCCESS_RETURN if threshold is None else float(threshold)
+    rule = f"spec.reward_threshold {bar:g}" if threshold is not None else f"return >= {bar:g}"
+    return {**info, "success": total >= bar, "success_from": rule}
+
+
 async def run_episode(
     env: Any, policy: Policy, *, env_id: str = "", seed: int | None = None, max_steps: int = 10_000
 ) -> Episode:
@@ -260,6 +282,8 @@ async def run_episode(
             tokens = getattr(policy, "last_tokens", None)
             finish = _finish_of(policy)
             next_obs, reward, terminated, truncated, info = await astep_of(env, action)
+            if terminated or truncated:
+                info = with_success(env, info, episode.total_reward + float(reward))
             turn = Turn(
                 obs, action, float(reward), terminated, truncated, info, usage, tokens, finish
             )
@@ -320,6 +344,9 @@ async def play_in_order(
                 running.add(asyncio.create_task(one(order[started], idle.pop())))
                 started += 1
             done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:  # read every failure, so none is left "never retrieved"
+                if not task.cancelled():
+                    task.exception()
             for task in done:
                 k, env, episode = task.result()
                 idle.append(env)

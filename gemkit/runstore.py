@@ -106,13 +106,14 @@ def storage_error(
     else:
         text = getattr(e, "strerror", None) or str(e) or type(e).__name__
     advice = {
-        errno.ENOSPC: "free some space, then run the same command again to resume",
-        errno.EDQUOT: "free some space, then run the same command again to resume",
+        errno.ENOSPC: "free some space, then run the same command with --resume",
+        errno.EDQUOT: "free some space, then run the same command with --resume",
         errno.EROFS: "the file system is read-only: choose a writable --out folder",
         errno.EACCES: "choose a folder you may write to",
         errno.EPERM: "choose a folder you may write to",
         errno.ENOTDIR: "a part of the path is a file: choose another --out folder",
-        errno.ENOENT: "the folder vanished while the run wrote to it: run it again",
+        errno.ENOENT: "the folder vanished while the run wrote to it: run the same command "
+        "with --resume",
     }.get(code or 0, "")
     tail = hint or advice
     return RunStoreError(f"cannot {verb} {path}: {text}" + (f"; {tail}" if tail else ""))
@@ -177,7 +178,9 @@ def open_folder(folder: Path) -> int:
             except FileExistsError:
                 pass  # made meanwhile: checked below as any other
             except OSError as e:
-                raise storage_error(e, folder) from None
+                # no run wrote here yet: "vanished while the run wrote" would be wrong
+                hint = "choose an --out folder that can be made" if e.errno == errno.ENOENT else ""
+                raise storage_error(e, folder, hint, verb="create") from None
             st = os.lstat(part)
         except NotADirectoryError as e:
             raise storage_error(e, folder) from None
@@ -359,6 +362,36 @@ def read_lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, An
 # -- the store ----------------------------------------------------------------------------------
 
 
+def held_run(folder: str | os.PathLike[str]) -> str | None:
+    """The kind of run `folder` holds (`"eval"`, `"synth qa"`, ...), or None if it holds none."""
+    path = Path(folder) / MANIFEST
+    if not _exists(path):
+        return None
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return "unknown"
+    return str(manifest.get("kind", "unknown")) if isinstance(manifest, dict) else "unknown"
+
+
+def check_resume(folder: str | os.PathLike[str], kind: str, *, resume: bool) -> None:
+    """The resume rule of every command: a folder that holds a run is continued only on resume.
+
+    A folder holding a run of another kind is refused either way (`RunStore` says the same).
+    """
+    held = held_run(folder)
+    if held is not None and held != kind:
+        raise RunStoreError(
+            f"{folder} holds a `gemkit {held}` run, not a `gemkit {kind}` one; choose another "
+            "--out folder"
+        )
+    if held is not None and not resume:
+        raise RunStoreError(
+            f"{folder} already holds a `gemkit {kind}` run; pass --resume to continue it, or "
+            "choose another --out folder"
+        )
+
+
 def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
     keys = list(dict.fromkeys([*old, *new]))
     missing = object()
@@ -397,7 +430,7 @@ class RunStore:
         info: Mapping[str, Any] | None = None,
         failures: str | None = None,
         max_failures: int = MAX_FAILURES,
-        resume_hint: str = "run the same command again",
+        resume_hint: str = "run the same command with --resume",
     ):
         self.folder = Path(folder)
         self.kind = kind

@@ -285,7 +285,7 @@ def open_store(config: FilterConfig, files: list[RecordFile]) -> RunStore:
         files,
         info={"llm_url": config.llm_url, "concurrency": config.concurrency, "limit": config.limit},
         failures=ERRORS_FILE,
-        resume_hint="run the same gemkit filter command again",
+        resume_hint="run the same gemkit filter command with --resume",
     )
 
 
@@ -365,7 +365,7 @@ def run_filter(config: FilterConfig) -> FilterSummary:
         if missing:
             raise FilterError(
                 f"{len(missing)} items still lack attempts (the model server failed); run the "
-                "same gemkit filter command again to resume"
+                "same gemkit filter command with --resume"
             )
         written = {v["item"] for v in store.records(VERDICTS_FILE)}
         for i in range(n_items):

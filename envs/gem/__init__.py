@@ -34,8 +34,10 @@ def _register(gem_id: str) -> bool:
             f"gem:{gem_id}",
             _ENTRY,
             kwargs={"gem_id": gem_id},
-            description=f"GEM's {gem_id}, run by GEM's own code (needs gemkit[gem]).",
+            description=f"GEM's {gem_id}, run by GEM's own code.",
             tags=("gem", family, _tag(gem_id)),
+            requires=("gem",),
+            extra="gem",
         )
     except RegistrationError:  # registered by an earlier call
         return False

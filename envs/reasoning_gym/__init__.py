@@ -21,6 +21,8 @@ def _register(name: str, category: str) -> None:
         kwargs={"name": name},
         description=f"reasoning-gym {category} task {name!r}, scored by its own verifier.",
         tags=("rg", "single-turn", "procedural", category),
+        requires=("reasoning_gym",),
+        extra="rg",
     )
 
 

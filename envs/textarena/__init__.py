@@ -19,4 +19,6 @@ for _id in GAME_IDS:
         kwargs={"ta_id": _id},
         description=f"TextArena's single-player {_id}, run by TextArena's own code.",
         tags=("textarena", "game", "single-player"),
+        requires=("textarena",),
+        extra="textarena",
     )

@@ -4,6 +4,7 @@ error."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def positive(text: str) -> int:
@@ -62,3 +63,30 @@ def add_token_option(parser: argparse.ArgumentParser) -> None:
         "--token",
         help="require 'Authorization: Bearer TOKEN' on every request (default $GEMKIT_SERVE_TOKEN)",
     )
+
+
+#: what every command that writes a run folder says about resuming (`--resume` help, Ctrl-C)
+RESUME_RULE = (
+    "continue the run in --out with the same settings (after Ctrl-C, a kill or a crash, "
+    "run the same command again with --resume); without it a folder that holds a run is refused"
+)
+
+
+def add_run_folder(
+    parser: argparse.ArgumentParser, *, required: bool = True, what: str = "results folder"
+) -> None:
+    """`--out DIR` and `--resume`: the one resume rule of every command that writes a run.
+
+    The parser's namespace gets `writes_run=True`, which `gemkit.cli.main` reads to say how to
+    go on after Ctrl-C.
+    """
+    parser.add_argument("--out", type=Path, required=required, metavar="DIR", help=what)
+    parser.add_argument("--resume", action="store_true", help=RESUME_RULE)
+    parser.set_defaults(writes_run=True)
+
+
+def refuse_unless_resume(args: argparse.Namespace, kind: str) -> None:
+    """For commands whose library call always resumes: refuse a run folder without --resume."""
+    from gemkit.runstore import check_resume
+
+    check_resume(args.out, kind, resume=args.resume)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gemkit.cli.arguments import add_timeout_option, positive
+from gemkit.cli.arguments import add_run_folder, add_timeout_option, positive
 from gemkit.cli.console import console, heartbeat
 from gemkit.errors import GemkitError
 
@@ -27,8 +26,12 @@ TOOL_FORMATS = ("text", "native")
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `gemkit eval`."""
     p = sub.add_parser("eval", help="evaluate a model or a built-in policy on env ids")
-    p.add_argument("env_ids", nargs="+", metavar="ID")
-    p.add_argument("--policy", choices=["llm", "expert", "random"], default="llm")
+    p.add_argument("env_ids", nargs="+", metavar="ID", help="env ids (see gemkit list)")
+    p.add_argument(
+        "--policy", choices=["llm", "expert", "random"], default="llm",
+        help="llm: the model at --base-url (default); expert, random: built-in policies that "
+        "need no model",
+    )  # fmt: skip
     p.add_argument("--model", help="model name (or GEMKIT_MODEL)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint (or GEMKIT_BASE_URL)")
     p.add_argument("--api-key", help="API key (or GEMKIT_API_KEY)")
@@ -68,8 +71,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "default), 'required' (a call every turn; small models often write calls as text "
         "otherwise), 'none', or a tool name to force",
     )
-    p.add_argument("--system-prompt", default=None)
-    p.add_argument("--temperature", type=float, default=None)
+    p.add_argument(
+        "--system-prompt", default=None, help="a system message put before each episode's chat"
+    )
+    p.add_argument(
+        "--temperature", type=float, default=None,
+        help="sampling temperature (not sent unless given: the server's default applies)",
+    )  # fmt: skip
     p.add_argument(
         "--max-tokens",
         type=positive,
@@ -84,9 +92,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="token budget of each --context summary, apart from --max-tokens (default 1024)",
     )
     add_timeout_option(p)
-    p.add_argument("--out", type=Path, required=True, help="results folder")
-    p.add_argument("--resume", action="store_true", help="continue a run in --out")
+    add_run_folder(p, what="results folder (run.json, episodes.jsonl, errors.jsonl, summary.json)")
     p.set_defaults(func=run)
+
+
+def _check_endpoint(args: argparse.Namespace) -> None:
+    """`--policy llm` needs an endpoint and a model: say so in the command's own flags."""
+    import os
+
+    from gemkit.llm.client import ENV_BASE_URL, ENV_MODEL
+
+    if not (args.base_url or os.environ.get(ENV_BASE_URL)):
+        raise GemkitError(
+            f"--policy llm (the default) needs a model endpoint: pass --base-url URL (or set "
+            f"{ENV_BASE_URL}), e.g. --base-url http://localhost:8000/v1; --policy expert or "
+            "random needs none"
+        )
+    if not (args.model or os.environ.get(ENV_MODEL)):
+        raise GemkitError(
+            f"--policy llm needs the model's name: pass --model NAME (or set {ENV_MODEL}), the "
+            "name the endpoint serves, e.g. --model Qwen/Qwen3-8B"
+        )
 
 
 def _wrappers(args: argparse.Namespace, client: Any, counter: Any = None) -> list:
@@ -209,10 +235,10 @@ def _without_credentials(url: str) -> str:
 
 async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     from gemkit.evaluate import evaluate
-    from gemkit.registry import make_policy, spec
+    from gemkit.registry import check_policy, make_policy
 
-    for env_id in args.env_ids:
-        spec(env_id)  # unknown ids fail before any work
+    for env_id in args.env_ids:  # every id and policy is checked before any episode is played
+        check_policy(args.policy, env_id)
     if args.tool_choice is not None and args.tool_format != "native":
         raise GemkitError(
             f"--tool-choice {args.tool_choice} needs --tool-format native (the text format "
@@ -222,6 +248,8 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     client = None
     if args.policy == "llm":
         from gemkit.llm import LLMClient
+
+        _check_endpoint(args)
 
         sampling = {"temperature": args.temperature, "max_tokens": args.max_tokens}
         client = LLMClient(

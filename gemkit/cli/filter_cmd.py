@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from gemkit.cli.arguments import add_timeout_option, count, positive
+from gemkit.cli.arguments import (
+    add_run_folder,
+    add_timeout_option,
+    count,
+    positive,
+    refuse_unless_resume,
+)
 from gemkit.cli.console import console
 
 
@@ -18,11 +24,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "without tools and k times with them through an OpenAI-compatible model, and keep "
             "the items whose tool-using accuracy is above 0 and below --max-accuracy, that the "
             "model does not solve without tools, and that need at least --min-tool-turns tool "
-            "turns. Resumable: run the same command again after an interruption."
+            "turns. Resumable: after an interruption, run the same command with --resume."
         ),
     )
     p.add_argument("source", help="a synth qa or synth tasks folder (or its qa/tasks.jsonl)")
-    p.add_argument("--out", required=True, help="the filter's run folder (kept records, verdicts)")
+    add_run_folder(p, what="the filter's run folder (kept records, verdicts, attempts)")
     p.add_argument("--llm", required=True, metavar="URL", help="OpenAI-compatible base URL")
     p.add_argument("--model", required=True, help="the model name the endpoint serves")
     p.add_argument("--k", type=positive, default=16, help="attempts per item and mode (default 16)")
@@ -44,12 +50,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=2,
         help="tool turns every solving attempt must take (default 2)",
     )
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--max-tokens", type=positive, default=1024)
+    p.add_argument(
+        "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
+    )
+    p.add_argument(
+        "--max-tokens",
+        type=positive,
+        default=1024,
+        help="token budget of each reply (default 1024)",
+    )
     p.add_argument("--concurrency", type=positive, default=8, help="attempts played at once")
     add_timeout_option(p)
     p.add_argument("--limit", type=positive, default=None, help="only the first N items")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="run seed: each attempt draws its seed from (SEED, item, mode, attempt)",
+    )
     p.set_defaults(func=run)
 
 
@@ -59,8 +77,9 @@ def run(args: argparse.Namespace) -> int:
 
     from gemkit.synth.difficulty_filter import FilterConfig, run_filter
 
+    refuse_unless_resume(args, "filter")
     config = FilterConfig(
-        source=args.source, out=args.out, llm_url=args.llm, model=args.model, k=args.k,
+        source=args.source, out=str(args.out), llm_url=args.llm, model=args.model, k=args.k,
         max_accuracy=args.max_accuracy, max_closed_book=args.max_closed_book,
         min_tool_turns=args.min_tool_turns, temperature=args.temperature,
         max_tokens=args.max_tokens, concurrency=args.concurrency, limit=args.limit,

@@ -10,8 +10,8 @@ from gemkit.cli.console import console
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `gemkit play`."""
     p = sub.add_parser("play", help="play an env yourself in the terminal")
-    p.add_argument("env_id", metavar="ID")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("env_id", metavar="ID", help="the env id, e.g. game:Wordle-v0-easy")
+    p.add_argument("--seed", type=int, default=None, help="episode seed (default: random)")
     p.add_argument(
         "--raw", action="store_true", help="send input as typed (default: wrap it in \\boxed{})"
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gemkit.cli.arguments import positive
+from gemkit.cli.arguments import add_run_folder, positive
 from gemkit.cli.console import console
 from gemkit.errors import GemkitError
 
@@ -17,15 +17,23 @@ from gemkit.errors import GemkitError
 def add_parser(sub: argparse._SubParsersAction) -> None:
     """Register `gemkit run`."""
     p = sub.add_parser("run", help="run a built-in policy on env ids and report the results")
-    p.add_argument("env_ids", nargs="+", metavar="ID")
-    p.add_argument("--policy", choices=["expert", "random"], default="expert")
-    p.add_argument("-n", "--episodes", type=positive, default=10)
-    p.add_argument("--seed", type=int, default=0, help="episode k uses seed SEED+k")
-    p.add_argument("--concurrency", type=positive, default=64)
+    p.add_argument("env_ids", nargs="+", metavar="ID", help="env ids (see gemkit list)")
     p.add_argument(
-        "--out", type=Path, help="results folder (episodes.jsonl, run.json, summary.json)"
+        "--policy", choices=["expert", "random"], default="expert",
+        help="expert: the env's scripted solver (gemkit list marks the ids that have one); "
+        "random: a random valid action (default expert)",
+    )  # fmt: skip
+    p.add_argument(
+        "-n", "--episodes", type=positive, default=10, help="episodes per env id (default 10)"
     )
-    p.add_argument("--resume", action="store_true", help="continue a run in --out")
+    p.add_argument("--seed", type=int, default=0, help="episode k uses seed SEED+k")
+    p.add_argument(
+        "--concurrency", type=positive, default=64, help="episodes played at once (default 64)"
+    )
+    add_run_folder(
+        p, required=False, what="results folder (episodes.jsonl, run.json, summary.json); "
+        "without it nothing is saved",
+    )  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -66,11 +74,11 @@ def run_policy(
     (`gemkit.evaluate`): `resume=True` continues one made with the same settings.
     """
     from gemkit.evaluate import evaluate, play
-    from gemkit.registry import make_policy, spec
+    from gemkit.registry import check_policy, make_policy
     from gemkit.rollout import summarize
 
-    for env_id in env_ids:
-        spec(env_id)  # unknown ids fail before any work starts
+    for env_id in env_ids:  # every id and policy is checked before any episode is played
+        check_policy(policy, env_id)
     if out is not None and out.suffix == ".jsonl":
         raise GemkitError(
             f"--out {out} names a file; --out is a folder now (episodes.jsonl, run.json and "

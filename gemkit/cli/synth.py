@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gemkit.cli.arguments import add_timeout_option
+from gemkit.cli.arguments import add_run_folder, add_timeout_option, refuse_unless_resume
 from gemkit.cli.arguments import count as _count
 from gemkit.cli.arguments import positive as _positive
 from gemkit.cli.console import console, heartbeat
@@ -27,13 +27,13 @@ def add_qa(sub: argparse._SubParsersAction) -> None:
         "qa",
         help="grow verified multi-hop QA pairs by inject/fuzz edits",
         description="Synthesize hard, verified question-answer pairs over a procedural world "
-        "(offline by default, or with an OpenAI-compatible model via --llm). Resumable: run the "
-        "same command again after an interruption.",
+        "(offline by default, or with an OpenAI-compatible model via --llm). Resumable: after "
+        "an interruption, run the same command with --resume.",
     )
     p.add_argument("-n", type=_positive, default=100, help="records to keep (default 100)")
-    p.add_argument("--out", type=Path, required=True, help="run folder (qa.jsonl, corpus, dataset)")
+    add_run_folder(p, what="run folder (qa.jsonl, rejected.jsonl, corpus.jsonl, dataset/)")
     p.add_argument("--world-size", type=_positive, default=10_000, help="entities in the world")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="run seed: world, seeds, edits (default 0)")
     p.add_argument("--min-inject", type=_count, default=4, help="injections a record needs (default 4)")
     p.add_argument("--min-fuzz", type=_count, default=2, help="fuzzes a record needs (default 2)")
     p.add_argument("--llm", metavar="URL", help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
@@ -88,6 +88,7 @@ def run_qa(args: argparse.Namespace) -> int:
         raise GemkitError("--llm needs --model NAME (the model the endpoint serves)")
     if args.model and not args.llm:
         raise GemkitError("--model needs --llm URL (an OpenAI-compatible endpoint)")
+    refuse_unless_resume(args, "synth qa")
     config = RunConfig(n=args.n, world_size=args.world_size, seed=args.seed,
                        min_inject=args.min_inject, min_fuzz=args.min_fuzz, llm_url=args.llm,
                        model=args.model, corpus=args.corpus, seeds=args.seeds,

@@ -6,7 +6,13 @@ import argparse
 import logging
 from pathlib import Path
 
-from gemkit.cli.arguments import add_timeout_option, positive
+from gemkit.cli.arguments import (
+    add_run_folder,
+    add_timeout_option,
+    count,
+    positive,
+    refuse_unless_resume,
+)
 from gemkit.cli.console import console, heartbeat
 
 #: the reply bound of each program (gemkit.synth.tasks.run.RunConfig.max_tokens); the real
@@ -23,17 +29,17 @@ def add_tasks_parser(synth_subparsers: argparse._SubParsersAction) -> argparse.A
             "Build a database per task, propose a task with a solution that may only call "
             "tools and a verifier, harden it level by level while the solution still "
             "verifies, and keep tasks a solver passes at least once in k tries. "
-            "Run it again on the same --out to resume."
+            "Resumable: after an interruption, run the same command with --resume."
         ),
     )
     p.add_argument(
         "--category", default="trip_planning", help="task category (default trip_planning)"
     )
-    p.add_argument("-n", type=int, default=10, help="tasks to keep (default 10)")
-    p.add_argument("--min-level", type=int, default=1, help="lowest target level (default 1)")
-    p.add_argument("--max-level", type=int, default=4, help="highest target level (default 4)")
-    p.add_argument("--out", type=Path, default=Path("synth-tasks"), help="output folder")
-    p.add_argument("--k", type=int, default=4, help="tries of the pass@k filter (0: no filter)")
+    p.add_argument("-n", type=positive, default=10, help="tasks to keep (default 10)")
+    p.add_argument("--min-level", type=positive, default=1, help="lowest target level (default 1)")
+    p.add_argument("--max-level", type=positive, default=4, help="highest target level (default 4)")
+    add_run_folder(p, what="run folder (tasks.jsonl, rejected.jsonl, db/, dataset/)")
+    p.add_argument("--k", type=count, default=4, help="tries of the pass@k filter (0: no filter)")
     p.add_argument("--llm", default=None, metavar="URL", help="OpenAI-compatible endpoint")
     p.add_argument("--model", default=None, help="model name for --llm")
     p.add_argument(
@@ -44,7 +50,7 @@ def add_tasks_parser(synth_subparsers: argparse._SubParsersAction) -> argparse.A
         "there is answered with a request for a shorter program",
     )
     add_timeout_option(p)
-    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--workers", type=positive, default=1, help="worker processes (default 1)")
     p.add_argument(
         "--executor",
         choices=["process", "ray"],
@@ -65,6 +71,8 @@ def run_tasks(args: argparse.Namespace) -> int:
 
     from gemkit.synth.tasks.run import RunConfig, run_synthesis
 
+    if getattr(args, "writes_run", False):  # the command line, not the demo
+        refuse_unless_resume(args, "synth tasks")
     config = RunConfig(
         category=args.category,
         n=args.n,
@@ -144,33 +152,13 @@ def run_tasks(args: argparse.Namespace) -> int:
 
 
 def demo_tasks(out: Path, n: int = 4) -> int:
-    """The demo's part: a small trip-planning synthesis, then one episode by the baseline."""
+    """The demo's part: a small trip-planning synthesis (its tuples play as toolworld envs)."""
     import argparse as _argparse
 
-    from gemkit.registry import make, spec
-
-    console.rule("[bold]task synthesis: trip planning tuples, then one toolworld episode")
+    console.rule("[bold]task synthesis: trip planning tuples")
     args = _argparse.Namespace(
         category="trip_planning", n=n, min_level=1, max_level=4, out=out, k=2, llm=None,
         model=None, workers=1, seed=0, no_export=True, executor="process", ray_address=None,
         max_tokens=MAX_TOKENS, timeout=None,
     )  # fmt: skip
-    run_tasks(args)
-    env = make("toolworld:TripPlanning-v0", path=out)
-    agent = spec("toolworld:TripPlanning-v0").make_expert(seed=0)  # the same calls every run
-    obs, info = env.reset(seed=0)
-    steps, reward, info = 0, 0.0, {}
-    while steps < 10:
-        steps += 1
-        obs, reward, terminated, truncated, info = env.step(agent.choose(obs))
-        if terminated or truncated:
-            break
-    env.close()
-    verdict = (
-        "passed" if info.get("success") else "failed: " + "; ".join(info.get("violations", []))
-    )
-    console.print(
-        f"toolworld:TripPlanning-v0, task {info.get('task_id')}: baseline agent made "
-        f"{info.get('tool_uses', '?')} tool calls in {steps} actions, reward {reward:g} ({verdict})"
-    )
-    return 0
+    return run_tasks(args)

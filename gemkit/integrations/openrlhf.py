@@ -1,7 +1,10 @@
-"""OpenRLHF: a gemkit env as an OpenRLHF agent (`--agent_func_path`).
+"""OpenRLHF: a gemkit env as an OpenRLHF agent (`--train.agent_func_path`).
 
-OpenRLHF's multi-turn executor (`openrlhf.utils.agent.MultiTurnAgentExecutor`, >= 0.8) makes
-one `AgentInstance` per prompt and calls:
+OpenRLHF (0.11) loads the agent file and builds its `AgentExecutor` class with no arguments
+(`openrlhf.trainer.ray.vllm_engine._load_agent_executor`: "Agent module must contain
+AgentExecutor class", a subclass of `AgentExecutorBase`). `agent_executor_class` is that class:
+OpenRLHF's `MultiTurnAgentExecutor` over a gemkit agent instance. The executor makes one
+`AgentInstance` per prompt and calls:
 
 - `await reset({"observation": prompt, "label": label})` -> `{"observation": text}`: the text
   the model is prompted with;
@@ -10,13 +13,13 @@ one `AgentInstance` per prompt and calls:
   "sampling_params", "extra_logs": {...}}`; the executor appends the action tokens (trained
   on) and the feedback tokens (masked out) and sums the rewards.
 
-Write a file for `--agent_func_path`:
+Write a file for `--train.agent_func_path`:
 
-    from gemkit.integrations.openrlhf import agent_instance_class
-    AgentInstance = agent_instance_class("game:GuessTheNumber-v0-easy")
+    from gemkit.integrations.openrlhf import agent_executor_class
+    AgentExecutor = agent_executor_class("game:GuessTheNumber-v0-easy")
 
-and a prompt file with `prompts_jsonl` (`--input_key input --label_key label`): each label
-holds the env id and seed, so the instance replays exactly that episode.
+and a prompt file with `prompts_jsonl` (`--data.input_key input --data.label_key label`): each
+label holds the env id and seed, so the instance replays exactly that episode.
 """
 
 from __future__ import annotations
@@ -136,6 +139,37 @@ def agent_instance_class(
             "feedback_template": feedback_template,
             "make_kwargs": dict(make_kwargs),
         },
+    )
+
+
+def agent_executor_class(
+    env_id: str | None = None,
+    *,
+    prompt_template: str = CHATML_PROMPT,
+    feedback_template: str = CHATML_FEEDBACK,
+    **make_kwargs: Any,
+) -> type:
+    """The `AgentExecutor` class of an OpenRLHF agent file (`--train.agent_func_path`).
+
+    OpenRLHF builds it with no arguments; it is OpenRLHF's own `MultiTurnAgentExecutor` over
+    `agent_instance_class(env_id, ...)` (the same arguments), so each prompt plays one episode
+    of the env its label names. Without OpenRLHF it raises `MissingDependencyError`.
+    """
+    instance = agent_instance_class(
+        env_id, prompt_template=prompt_template, feedback_template=feedback_template, **make_kwargs
+    )
+    try:
+        from openrlhf.utils.agent import MultiTurnAgentExecutor  # type: ignore[import-not-found]
+    except ImportError as e:
+        raise missing_dependency("openrlhf", "agent_executor_class()", e) from e
+
+    def __init__(self: Any) -> None:
+        MultiTurnAgentExecutor.__init__(self, instance)
+
+    return type(
+        "AgentExecutor",
+        (MultiTurnAgentExecutor,),
+        {"__init__": __init__, "__doc__": f"OpenRLHF's multi-turn executor over {env_id}."},
     )
 
 

@@ -857,6 +857,21 @@ def _classify(names: set[str]) -> dict[str, tuple[str, str] | None]:
     return out
 
 
+#: the export folders `gemkit synth qa` and `gemkit synth tasks` write inside their run folders
+EXPORT_NAMES = ("dataset", "datasets")
+
+
+def _export_of_its_run(folder: Path, kind: str) -> bool:
+    """Whether a datasets folder is a run's export, next to the JSONL records it was made from."""
+    if folder.name not in EXPORT_NAMES:
+        return False
+    try:
+        beside = {p.name for p in folder.parent.iterdir() if p.is_file()}
+    except OSError:
+        return False
+    return any(k == kind for k, _ in filter(None, _classify(beside).values()))
+
+
 def discover(path: Path, catalog: Catalog | None = None) -> Catalog:
     """Find the record files under `path` (a folder, or one JSONL file); keep known indexes."""
     path = Path(path)
@@ -918,6 +933,8 @@ def _walk(cat: Catalog, add: Any) -> None:
                 )
             elif kind is None:
                 cat.skipped.append(f"{rel}/: a datasets folder of records not known here")
+            elif here != root and _export_of_its_run(here, kind):
+                pass  # the run's own export: the same records as its JSONL, listed once
             else:
                 add(kind, here, ArrowSource(here, rel))
             dirs[:] = []

@@ -410,12 +410,13 @@ class DiscardContext(BudgetContext):
     def why_not(self, messages: Messages) -> str:
         """No droppable turn: say whether plain turns (which `include_plain` drops) exist."""
         turns = tool_turns(messages, include_plain=self.include_plain)
-        if not self.include_plain and tool_turns(messages, include_plain=True):
+        if not self.include_plain and not turns and tool_turns(messages, include_plain=True):
             return (
-                "the chat has no tool-call turn to drop, only plain turns (an env without "
-                "tools): DiscardContext(include_plain=True) drops those"
+                "the chat has no tool-call turn to drop, only plain turns (no tool call was "
+                "made): DiscardContext(include_plain=True) drops those"
             )
-        return f"{len(turns)} turn(s) and keep_last={self.keep_last}: none may be dropped"
+        kind = "turn(s)" if self.include_plain else "tool-call turn(s)"
+        return f"{len(turns)} {kind} and keep_last={self.keep_last}: none may be dropped"
 
 
 class DiscardAllContext(DiscardContext):

@@ -10,7 +10,7 @@ Layout of an output folder (a run-store folder, `gemkit.runstore`):
                          a record is a timestamped line, and the further lines of a multi-line
                          message (a repair's whole error) follow it indented
     DIR/db/<id>.sqlite   each task's database
-    DIR/datasets/        the records as a Hugging Face `datasets` folder (at the end)
+    DIR/dataset/         the records as a Hugging Face `datasets` folder (at the end)
 
 Task `i` of a run has the id `<category>-s<seed>-<i:06d>` and its own generator seeded from
 `(seed, i)`, so a killed run started again skips what it wrote, drops a torn last line, and
@@ -240,7 +240,7 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
             db_path.unlink(missing_ok=True)
             raise TaskSynthesisError(
                 f"task {tid}: the LLM endpoint failed ({e}); the records so far are saved, "
-                "run the same command again to resume"
+                "run the same command with --resume"
             ) from e
         if record is None:
             db_path.unlink(missing_ok=True)
@@ -503,7 +503,7 @@ def export_datasets(
 
     typed = [TaskRecord.parse(r) for r in records]
     if store is None:
-        return save_dataset(typed, TaskRecord, out / "datasets")
-    with store.replacing("datasets") as tmp:
+        return save_dataset(typed, TaskRecord, out / "dataset")
+    with store.replacing("dataset") as tmp:
         save_dataset(typed, TaskRecord, tmp)
-    return out / "datasets"
+    return out / "dataset"

@@ -93,7 +93,9 @@ def test_eval_without_a_model_says_what_to_set(tmp_path, monkeypatch, capsys):
     for var in ("GEMKIT_BASE_URL", "GEMKIT_MODEL"):
         monkeypatch.delenv(var, raising=False)
     assert cli(["eval", ENV, "-n", "1", "--out", str(tmp_path)]) == 2
-    assert "GEMKIT_BASE_URL" in capsys.readouterr().out
+    line = capsys.readouterr().out
+    assert "--base-url" in line and "GEMKIT_BASE_URL" in line and "base_url=" not in line
+    assert not (tmp_path / "run.json").exists(), "refused before the run folder was made"
 
 
 def test_rollout_exports_turns_returns_and_dataset(tmp_path):

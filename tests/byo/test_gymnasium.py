@@ -298,3 +298,58 @@ def test_a_ray_vector_steps_plain_gymnasium_envs(monkeypatch):
         vec.close()
         if started:
             ray.shutdown()
+
+
+class Silent(SayNumber):
+    """A third-party env that, like most, says nothing of success in its info."""
+
+    def step(self, action):
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {}
+
+
+async def test_an_env_that_reports_no_success_is_solved_when_its_return_reaches_1():
+    won = await run_episode(Silent(), Sayer(), seed=2)
+    assert won.total_reward == 1.0 and won.success
+    assert won.turns[-1].info["success_from"] == "return >= 1"
+    lost = await run_episode(Silent(max_turns=2), SyncPolicyThatMumbles(), seed=2)
+    assert lost.total_reward == 0.0 and not lost.success
+
+
+async def test_a_spec_reward_threshold_is_the_bar_for_an_env_without_success():
+    from gymnasium.envs.registration import EnvSpec
+
+    env = Silent()
+    env.spec = EnvSpec("Silent-v0", reward_threshold=2.0)
+    episode = await run_episode(env, Sayer(), seed=2)
+    assert episode.total_reward == 1.0 and not episode.success
+    assert episode.turns[-1].info["success_from"] == "spec.reward_threshold 2"
+
+
+async def test_an_envs_own_success_is_never_overridden():
+    episode = await run_episode(SayNumber(), Sayer(), seed=2)
+    assert episode.success and "success_from" not in episode.turns[-1].info
+
+
+class SyncPolicyThatMumbles(SyncPolicy):
+    """Never says the number."""
+
+    def choose(self, observation: str) -> str:
+        return "hmm"
+
+
+def test_gymnasiums_async_vector_refuses_shared_memory_for_text_and_says_how_to_go_on():
+    with pytest.raises(ValueError, match="shared_memory=False") as e:
+        gymnasium.vector.AsyncVectorEnv([lambda: gemkit.make(GAME)] * 2)  # shared memory: default
+    assert "the same string of '0's" in str(e.value.__cause__)
+
+
+def test_gymnasiums_async_vector_without_shared_memory_returns_the_real_observations():
+    vec = gymnasium.vector.AsyncVectorEnv([lambda: gemkit.make(GAME)] * 2, shared_memory=False)
+    try:
+        obs, _ = vec.reset(seed=0)
+        assert obs == tuple(gemkit.make(GAME).reset(seed=k)[0] for k in range(2))
+        obs, *_ = vec.step(["\\boxed{5}"] * 2)
+        assert all("5" in o for o in obs)
+    finally:
+        vec.close()

@@ -75,7 +75,7 @@ def test_the_qa_export_has_every_field_nested_and_reads_back_as_the_same_records
 
 
 def test_the_task_export_has_every_field_nested_and_reads_back_as_the_same_records(task_run):
-    ds = datasets.load_from_disk(str(task_run / "datasets"))
+    ds = datasets.load_from_disk(str(task_run / "dataset"))
     assert ds.features == features(TaskRecord)
     assert _string_columns(ds) - {"id", "category", "database", "model"} == _json_fields(TaskRecord)
     assert isinstance(ds[0]["history"][0]["n_answers"], int)

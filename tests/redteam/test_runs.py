@@ -117,7 +117,7 @@ def test_synth_tasks_resumed_with_other_settings_is_refused_naming_them(
     assert cli([*TASKS, "-n", "1", "--seed", "0", "--out", str(out)]) == 0
     before = snapshot(out)
     capsys.readouterr()
-    argv = [*TASKS, "-n", "2", "--seed", "0", "--out", str(out)]
+    argv = [*TASKS, "-n", "2", "--seed", "0", "--out", str(out), "--resume"]
     flag = change[0]
     i = argv.index(flag) if flag in argv else None
     argv = argv[:i] + argv[i + 2 :] + change if i is not None else argv + change
@@ -162,9 +162,9 @@ def test_loading_a_damaged_episodes_file_names_the_file_and_line(tmp_path):
     [
         (["eval", ENV, "--policy", "expert", "-n", "2", "--resume"], "episodes.jsonl"),
         (["run", ENV, "-n", "2", "--resume"], "episodes.jsonl"),
-        ([*QA, "-n", "1"], "qa.jsonl"),
-        ([*TASKS, "-n", "1"], "tasks.jsonl"),
-        ([*TASKS, "-n", "1"], "progress.log"),
+        ([*QA, "-n", "1", "--resume"], "qa.jsonl"),
+        ([*TASKS, "-n", "1", "--resume"], "tasks.jsonl"),
+        ([*TASKS, "-n", "1", "--resume"], "progress.log"),
     ],
 )
 def test_a_linked_file_in_a_result_folder_is_refused_and_its_target_untouched(
@@ -237,7 +237,7 @@ def test_a_second_synth_run_on_a_busy_folder_is_refused(tmp_path, capsys, argv, 
                 break
             time.sleep(0.01)
         assert first.poll() is None, "the first run is still writing"
-        assert cli([*argv, "--out", str(out)]) == 2
+        assert cli([*argv, "--out", str(out), "--resume"]) == 2
         assert f"in use by another run (pid {first.pid})" in one_line_error(capsys.readouterr().out)
     finally:
         os.killpg(first.pid, signal.SIGKILL)
@@ -299,7 +299,7 @@ def test_synth_qa_against_a_refusing_server_stops_soon_and_retries_those_items_o
     assert ks(out / "failed.jsonl") == [0, 1, 2, 3, 4], "5 work items, not n x 20"
     assert ks(out / "rejected.jsonl") == [] and ks(out / "qa.jsonl") == []
     with ScriptedOpenAIServer(rewriting_model) as srv:  # the model is back, at another port
-        assert cli([*argv, "--llm", srv.base_url]) == 0
+        assert cli([*argv, "--llm", srv.base_url, "--resume"]) == 0
     settled = ks(out / "qa.jsonl") + ks(out / "rejected.jsonl")
     assert min(settled) == 0, "the failed items ran again"
     assert len(ks(out / "qa.jsonl")) == 2
@@ -320,7 +320,7 @@ def test_a_concurrency_of_zero_is_a_usage_error(tmp_path, capsys, argv):
 def test_a_resumed_synth_qa_run_reports_its_own_rate_not_the_records_it_found(tmp_path, capsys):
     assert cli([*QA, "-n", "2", "--out", str(tmp_path)]) == 0
     assert "kept per minute" in capsys.readouterr().out
-    assert cli([*QA, "-n", "2", "--out", str(tmp_path)]) == 0
+    assert cli([*QA, "-n", "2", "--out", str(tmp_path), "--resume"]) == 0
     shown = capsys.readouterr().out
     assert "kept per minute" not in shown, "it kept nothing itself: no rate to show"
     assert re.search(r"found on disk \(resumed\)\s+│\s+2", shown)
@@ -376,7 +376,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_temporary_or_half_record(tiny_fs,
     assert cli([*COMMANDS[command], "--out", str(out)]) == 2
     line = one_line_error(capsys.readouterr().out)
     assert "No space left on device" in line or "full" in line, line
-    assert "run the same command again to resume" in line
+    assert "run the same command with --resume" in line
     assert leftovers(out) == []
     for path in out.glob("*.jsonl"):
         assert path.read_bytes().endswith(b"\n") or path.stat().st_size == 0

@@ -3,6 +3,7 @@ on every run, and a second run in the same folder changes nothing."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -42,9 +43,14 @@ def test_the_demo_writes_the_same_bytes_and_prints_the_same_figures_every_run(
     assert snapshot(first) == snapshot(second)
     assert shown[0] == shown[1]
     calls = [line for line in shown[0] if "baseline agent made" in line]
-    assert len(calls) == 1, "the toolworld episode's line (its tool calls differed run to run)"
+    assert len(calls) == 2, "a line per toolworld episode (their tool calls differed run to run)"
+    assert any("failed:" in line for line in calls), "the demo saves a failed, tool-using episode"
+    assert shown[0][-1].strip() == "gemkit view demo-out", "it ends by pointing at the viewer"
     before = snapshot(first)
     monkeypatch.chdir(tmp_path / "first")
     assert cli(["demo", "--out", "demo-out", "-n", "2"]) == 0, "again: every part is done"
     assert snapshot(first) == before
     assert calls[0] in printed(capsys.readouterr().out)
+    episodes = (first / "toolworld" / "episodes.jsonl").read_text().splitlines()
+    assert [json.loads(e)["success"] for e in episodes] == [False, True]
+    assert json.loads(episodes[0])["tool_calls"] > 0

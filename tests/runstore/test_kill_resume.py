@@ -104,7 +104,7 @@ def test_synth_qa_killed_three_times_then_resumed_is_byte_equal_to_one_run(tmp_p
     args = ["synth", "qa", "-n", "6", "--world-size", "400", "--seed", "2", "--min-inject", "2",
             "--min-fuzz", "1"]  # fmt: skip
     assert cli([*args, "--out", str(tmp_path / "whole")]) == 0
-    cmd = [*GEMKIT, *args, "--out", str(tmp_path / "killed")]
+    cmd = [*GEMKIT, *args, "--out", str(tmp_path / "killed"), "--resume"]
     assert_killed_then_resumed_is_byte_equal(
         cmd, tmp_path / "killed", tmp_path / "whole", "qa.jsonl", [1, 3], 6
     )
@@ -117,7 +117,7 @@ def test_synth_tasks_killed_three_times_then_resumed_is_byte_equal_to_one_run(tm
     args = ["synth", "tasks", "-n", "4", "--min-level", "1", "--max-level", "3", "--k", "1",
             "--seed", "9", "--no-export"]  # fmt: skip
     assert cli([*args, "--out", str(tmp_path / "whole")]) == 0
-    cmd = [*GEMKIT, *args, "--out", str(tmp_path / "killed")]
+    cmd = [*GEMKIT, *args, "--out", str(tmp_path / "killed"), "--resume"]
     assert_killed_then_resumed_is_byte_equal(
         cmd, tmp_path / "killed", tmp_path / "whole", "tasks.jsonl", [1, 2], 4
     )

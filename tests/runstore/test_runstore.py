@@ -243,7 +243,7 @@ def test_storage_errors_say_what_to_do():
     full = storage_error(OSError(errno.ENOSPC, "No space left on device"), "/d/x.jsonl")
     assert str(full) == (
         "cannot write /d/x.jsonl: No space left on device; free some space, then run the same "
-        "command again to resume"
+        "command with --resume"
     )
     ro = storage_error(OSError(errno.EROFS, "Read-only file system"), "/d")
     assert "choose a writable --out folder" in str(ro)
@@ -272,7 +272,7 @@ def test_a_full_disk_keeps_every_record_whole_and_says_how_to_resume(tiny_fs):
     with store(run) as s, pytest.raises(RunStoreError) as e:
         for k in range(10_000):
             s.append("results.jsonl", {"k": k, "pad": "p" * 500})
-    assert "No space left on device; free some space, then run the same command again" in str(
+    assert "No space left on device; free some space, then run the same command with --resume" in str(
         e.value
     )
     data = (run / "results.jsonl").read_bytes()
@@ -291,7 +291,7 @@ def test_a_read_only_file_system_is_one_line_and_nothing_is_left(tiny_fs):
     subprocess.run(["mount", "-o", "remount,ro", str(tiny_fs)], check=True)
     with pytest.raises(RunStoreError, match="Read-only file system; the file system is read-only"):
         store(tiny_fs / "run").open()
-    with pytest.raises(RunStoreError, match="cannot write .*new: Read-only file system"):
+    with pytest.raises(RunStoreError, match="cannot create .*new: Read-only file system"):
         store(tiny_fs / "new").open()
     assert files(tiny_fs / "run") == before
 

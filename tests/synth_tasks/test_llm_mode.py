@@ -153,7 +153,7 @@ def test_an_unreachable_endpoint_stops_the_run_with_a_resumable_message(tmp_path
         n=1, out=tmp_path, k=0, llm="http://127.0.0.1:9/v1", model="m", export=False,
         max_attempts=1,
     )  # fmt: skip
-    with pytest.raises(TaskSynthesisError, match="run the same command again to resume"):
+    with pytest.raises(TaskSynthesisError, match="run the same command with --resume"):
         run_synthesis(config)
     assert not (tmp_path / "rejected.jsonl").exists()
 

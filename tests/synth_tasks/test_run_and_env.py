@@ -34,7 +34,7 @@ def test_records_carry_every_field_and_their_database(trip_run):
         assert r["stats"]["pass_at_k"]["k"] == 2 and r["stats"]["pass_at_k"]["passes"] >= 1
         assert r["stats"]["n_valid_solutions"] == r["history"][-1]["n_valid_solutions"] > 0
         assert [h["level"] for h in r["history"]] == list(range(1, r["level"] + 1))
-    assert (trip_run.out / "datasets" / "dataset_info.json").is_file()
+    assert (trip_run.out / "dataset" / "dataset_info.json").is_file()
 
 
 def test_env_plays_an_episode_with_the_baseline_agent(trip_run):

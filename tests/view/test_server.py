@@ -32,8 +32,9 @@ def count(page: str) -> int:
 def test_the_overview_lists_every_collection_of_the_demo(viewer, get):
     page = get(viewer.url, "/")
     assert page.status == 200
-    for key in ("episodes", "synth-qa/qa", "synth-qa/dataset/qa", "synth-tasks/tasks"):
+    for key in ("episodes", "synth-qa/qa", "synth-tasks/tasks", "toolworld/episodes"):
         assert f"/list?c={quote(key, safe='')}" in page.text
+    assert "synth-qa/dataset" not in page.text, "the run's export is its qa.jsonl: listed once"
     assert "18 records" in page.text, "6 games x 3 episodes"
     assert "summary.json" in page.text and "progress.log" in page.text
 
@@ -95,10 +96,12 @@ def test_a_task_page_shows_the_verifier_verdict_on_the_reference_answer(viewer, 
     assert "get_all_cities" in page and "rows</span>" in page, "tools and the database"
 
 
-def test_datasets_folders_are_browsable_like_their_jsonl(viewer, get):
-    page = get(viewer.url, "/list?c=synth-qa/dataset/qa").text
-    assert count(page) == 5
-    assert get(viewer.url, "/record?c=synth-qa/dataset/qa&r=0").status == 200
+def test_datasets_folders_are_browsable_like_their_jsonl(demo, tmp_path, get):
+    shutil.copytree(demo / "synth-qa" / "dataset", tmp_path / "dataset")  # an export on its own
+    with ViewServer(tmp_path) as v:
+        page = get(v.url, "/list?c=dataset/qa").text
+        assert count(page) == 5
+        assert get(v.url, "/record?c=dataset/qa&r=0").status == 200
 
 
 def test_plots_are_inline_svg_for_each_kind(viewer, get):

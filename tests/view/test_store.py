@@ -170,7 +170,7 @@ def test_one_hundred_thousand_records_page_from_disk_with_a_compact_index(tmp_pa
 def test_discovery_groups_the_demo_by_kind_and_folder(demo):
     cat = discover(demo)
     keys = set(cat.collections)
-    assert {"episodes", "synth-qa/qa", "synth-qa/dataset/qa", "synth-tasks/tasks"} <= keys
+    assert {"episodes", "synth-qa/qa", "synth-tasks/tasks", "toolworld/episodes"} <= keys
     qa = cat.collections["synth-qa/qa"]
     assert [(s.rel, s.role) for s in qa.sources] == [
         ("synth-qa/qa.jsonl", "kept"),
@@ -200,3 +200,16 @@ def test_a_folder_without_records_or_a_missing_path(tmp_path):
         discover(tmp_path / "missing")
     with pytest.raises(ViewError, match="holds no gemkit records"):
         discover(write_other)
+
+
+def test_a_runs_own_export_is_listed_once_with_its_jsonl_and_a_lone_export_is_listed(
+    demo, tmp_path
+):
+    keys = set(discover(demo).collections)
+    assert "synth-qa/qa" in keys and not any(k.startswith("synth-qa/dataset") for k in keys)
+    import shutil
+
+    shutil.copytree(demo / "synth-qa" / "dataset", tmp_path / "copied" / "dataset")
+    assert set(discover(tmp_path).collections) == {"copied/dataset/qa"}, "an export alone shows"
+
+

@@ -573,6 +573,15 @@ def test_discard_on_a_chat_without_tool_calls_warns_instead_of_doing_nothing_sil
     assert sum("include_plain=True" in r.message for r in caplog.records) == 1, "logged once"
 
 
+def test_a_tool_using_chat_over_budget_is_not_called_one_without_tools():
+    env = stack(DiscardContext, max_context=5)  # one tool-call turn, kept by keep_last=1
+    env.reset()
+    _, _, _, _, info = env.step(SEARCH)
+    (warning,) = info["context_warnings"]
+    assert "1 tool-call turn(s) and keep_last=1: none may be dropped" in warning["reason"]
+    assert "only plain turns" not in warning["reason"] and "without tools" not in warning["reason"]
+
+
 def test_discard_with_plain_turns_acts_and_gives_no_warning():
     env = plain_stack(DiscardContext, max_context=20, include_plain=True)
     env.reset()
