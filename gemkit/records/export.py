@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
@@ -142,16 +142,33 @@ def from_row(model: type[R], row: dict[str, Any], where: str = "") -> R:
     return model.parse(decode_json_fields(model, row), where)
 
 
-def save_dataset(records: Iterable[Record], model: type[Record], path: str | Path) -> Path:
-    """Save records as a `datasets` folder at `path`, with the model's features."""
+def as_dataset(records: Iterable[Record], model: type[Record]) -> Any:
+    """The records as an in-memory `datasets.Dataset`, with the model's features."""
     import datasets
 
     rows = [to_row(r) for r in records]
     datasets.disable_progress_bars()  # the CLI shows its own progress; a library stays quiet
     schema = features(model)
-    # from_list([]) builds a table with no columns, which then disagrees with the features,
-    # and no records make no shard unless one is asked for (load_from_disk then fails)
+    # from_list([]) builds a table with no columns, which then disagrees with the features
     columns = {name: [row[name] for row in rows] for name in schema}
-    dataset = datasets.Dataset.from_dict(columns, features=schema)
-    dataset.save_to_disk(str(path), num_shards=None if rows else 1)
+    return datasets.Dataset.from_dict(columns, features=schema)
+
+
+def save_dataset(records: Iterable[Record], model: type[Record], path: str | Path) -> Path:
+    """Save records as a `datasets` folder at `path`, with the model's features."""
+    dataset = as_dataset(records, model)
+    # no records make no shard unless one is asked for (load_from_disk then fails)
+    dataset.save_to_disk(str(path), num_shards=None if dataset.num_rows else 1)
+    return Path(path)
+
+
+def save_splits(
+    splits: Mapping[str, Iterable[Record]], model: type[Record], path: str | Path
+) -> Path:
+    """Save named splits of records as one `datasets.DatasetDict` folder at `path`."""
+    import datasets
+
+    parts = {name: as_dataset(records, model) for name, records in splits.items()}
+    shards = {name: 1 for name, part in parts.items() if not part.num_rows}
+    datasets.DatasetDict(parts).save_to_disk(str(path), num_shards=shards or None)
     return Path(path)

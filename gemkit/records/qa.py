@@ -60,6 +60,8 @@ class Quality(Part):
     one_question: bool | None = None
     chars: int | None = None
     words: int | None = None
+    #: what makes the text hard to read (`gemkit.synth.qa.readability`; None: not checked)
+    hard_to_read: list[str] | None = None
     text: TextCheck | None = None
     grounded: str | None = None
     ungrounded: list[str] = []
@@ -100,6 +102,10 @@ class Uniqueness(Part):
     passed: bool
     reason: str = ""
     candidates: int | None = None
+    #: clauses the question could lose and still fit its answer alone (None: not checked)
+    droppable: list[str] | None = None
+    #: blurred values that every entity of their type fits (None: not checked)
+    vacuous_blurs: list[str] | None = None
     checked: list[str] | None = None
     also_fit: list[str] | None = None
 
@@ -132,11 +138,12 @@ class QARecord(Record):
     """A kept question with its answer, evidence, edit history and verification."""
 
     KIND = "QA"
-    #: 2 added the shortcut stage and the question's construction; version 1 still reads
-    VERSION = 2
-    READS: ClassVar[tuple[int, ...]] = (1, 2)
+    #: 2 added the shortcut stage and the question's construction; 3 the readability of the
+    #: text and the clauses that do no work; versions 1 and 2 still read
+    VERSION = 3
+    READS: ClassVar[tuple[int, ...]] = (1, 2, 3)
 
-    schema_version: int = 2
+    schema_version: int = 3
 
     id: str
     question: str

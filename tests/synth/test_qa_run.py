@@ -9,7 +9,7 @@ import pytest
 
 from gemkit.cli import main
 from gemkit.errors import GemkitError
-from gemkit.synth.qa.run import RunConfig, read_records, run
+from gemkit.synth.qa.run import STAGES, RunConfig, read_records, run
 
 CONFIG = {"world_size": 400, "seed": 2, "min_inject": 2, "min_fuzz": 1}
 ARGS = ["--world-size", "400", "--seed", "2", "--min-inject", "2", "--min-fuzz", "1"]
@@ -43,13 +43,18 @@ def test_a_run_keeps_n_verified_records_with_the_full_schema(clean_run):
     assert (out / "corpus.jsonl").exists()
 
 
-def test_the_dataset_folder_loads_with_datasets(clean_run):
+def test_the_dataset_folder_loads_with_datasets_as_train_and_test(clean_run):
     import datasets
 
     out, _ = clean_run
     ds = datasets.load_from_disk(str(out / "dataset"))
-    assert ds.num_rows == 6
-    assert ds[0]["question"] == read_records(out)[0]["question"]
+    assert isinstance(ds, datasets.DatasetDict) and list(ds) == ["train", "test"]
+    assert ds["train"].num_rows + ds["test"].num_rows == 6
+    by_question = {r["question"]: r for r in read_records(out)}
+    for split in ds.values():
+        for row in split:
+            assert row["answer"] == by_question[row["question"]]["answer"]
+    assert not set(ds["train"]["answer"]) & set(ds["test"]["answer"])
 
 
 def test_the_same_settings_make_the_same_records_with_two_workers(clean_run, tmp_path):
@@ -106,4 +111,4 @@ def test_rejected_items_are_logged_with_their_stage(clean_run):
     out, stats = clean_run
     lines = [json.loads(x) for x in (out / "rejected.jsonl").read_text().splitlines()]
     assert len(lines) == stats.items - stats.kept
-    assert all(x["rejected_stage"] in ("seed", "edits", "quality", "difficulty", "uniqueness", "shortcut") for x in lines)
+    assert all(x["rejected_stage"] in STAGES for x in lines)
