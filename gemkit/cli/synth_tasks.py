@@ -29,6 +29,13 @@ def add_tasks_parser(synth_subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("--max-level", type=int, default=4, help="highest target level (default 4)")
     p.add_argument("--out", type=Path, default=Path("synth-tasks"), help="output folder")
     p.add_argument("--k", type=int, default=4, help="tries of the pass@k filter (0: no filter)")
+    p.add_argument(
+        "--random-k",
+        type=int,
+        default=16,
+        help="tries of the random but tool-using baseline per task, recorded (default 16; 0: "
+        "not run)",
+    )
     p.add_argument("--llm", default=None, metavar="URL", help="OpenAI-compatible endpoint")
     p.add_argument("--model", default=None, help="model name for --llm")
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
@@ -66,6 +73,7 @@ def run_tasks(args: argparse.Namespace) -> int:
         export=not args.no_export,
         llm=args.llm,
         model=args.model,
+        random_k=args.random_k,
     )
     rejected = 0
     with Progress(
@@ -93,17 +101,30 @@ def run_tasks(args: argparse.Namespace) -> int:
         summary = run_synthesis(config, progress)
 
     table = Table(title=f"{config.category}: {len(summary.records)} tasks in {config.out}")
-    for col in ("level", "kept", "mean valid answers", "valid fraction", f"pass@{config.k}"):
+    columns = ("level", "kept", "mean valid answers", "valid fraction", f"baseline pass@{config.k}")
+    for col in (*columns, "random baseline passes"):
         table.add_column(col, justify="right")
-    for row in summary.by_level():
+    rows = summary.by_level()
+    for row in rows:
         table.add_row(
             str(row["level"]),
             str(row["kept"]),
             f"{row['mean_valid']:.3g}",
             f"{row['mean_fraction']:.2e}",
             "-" if row["pass_rate"] is None else f"{row['pass_rate']:.2f}",
+            "-"
+            if row["random_rate"] is None
+            else f"{row['random_rate']:.1%} of {row['random_tries']}",
         )
     console.print(table)
+    curve = [
+        f"level {r['level']}: {r['random_rate']:.1%}" for r in rows if r["random_rate"] is not None
+    ]
+    if curve:
+        console.print(
+            "random but tool-using baseline (lists the items, picks at random), passes by "
+            "level: " + ", ".join(curve)
+        )
     console.print(
         f"new {summary.new}, resumed {summary.resumed}, rejected {summary.rejected}; "
         f"records: {config.out / 'tasks.jsonl'}; progress log: {config.out / 'progress.log'}"
@@ -126,6 +147,7 @@ def demo_tasks(out: Path, n: int = 4) -> int:
     args = _argparse.Namespace(
         category="trip_planning", n=n, min_level=1, max_level=4, out=out, k=2, llm=None,
         model=None, workers=1, seed=0, no_export=True, executor="process", ray_address=None,
+        random_k=16,
     )  # fmt: skip
     run_tasks(args)
     env = make("toolworld:TripPlanning-v0", path=out)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from gemkit.records.base import Json, Part, Record
 
@@ -141,7 +141,7 @@ class QARecord(Record):
     #: 2 added the shortcut stage and the question's construction; 3 the readability of the
     #: text and the clauses that do no work; versions 1 and 2 still read
     VERSION = 3
-    READS: ClassVar[tuple[int, ...]] = (1, 2, 3)
+    READS: ClassVar[tuple[int, ...]] = (1, 2)
 
     schema_version: int = 3
 
@@ -164,16 +164,6 @@ class QARecord(Record):
     k: int
     #: how the question is built ("which", "who", "lead_in", ...; "model" for a model's text)
     construction: str | None = None
-
-    @classmethod
-    def parse(cls, data: Any, where: str = "") -> QARecord:
-        """Validate one raw record; a version-1 record (no shortcut stage) is read as it is."""
-        if isinstance(data, dict) and data.get("schema_version", 1) in cls.READS:
-            version = data.get("schema_version", 1)
-            record = super().parse({**data, "schema_version": cls.VERSION}, where)
-            record.schema_version = version
-            return record
-        return super().parse(data, where)
 
     def golds(self) -> list[str]:
         """The answer followed by its aliases."""

@@ -162,14 +162,22 @@ def _occurs(verb: tuple[str, ...], words: list[str]) -> bool:
 
 
 def _repeated_across(question: str, verbs: frozenset[str]) -> list[str]:
-    """Verbs repeated by sentences that go on about one subject ("It was born ... It was born")."""
+    """Verbs repeated by sentences that go on about one subject: "A film was released in
+    1990. It was released in ..." (a statement, then "It ..." or "This person ...")."""
     seen: set[tuple[str, ...]] = set()
     found = []
     for sentence in sentences(question):
         words = _WORD.findall(sentence)
-        if len(words) < 2 or words[0] not in ("It", "This") or not sentence.endswith("."):
+        if len(words) < 2 or not sentence.endswith("."):
             continue
-        start = 1 if words[0] == "It" else 2
+        if words[0] == "It":
+            start = 1
+        elif words[0] == "This":
+            start = 2
+        elif words[0] in ("A", "An"):  # the first verb after the subject
+            start = next((i for i, w in enumerate(words) if i and w.lower() in verbs), len(words))
+        else:
+            continue
         if len(words) <= start or words[start].lower() not in verbs:
             continue
         verb = main_verb(words[start : start + 3])

@@ -256,7 +256,7 @@ class Realizer:
             others = self.list_need([c for j, c in enumerate(rest) if j != i])
             pp = RELATIONS[rest[i]["rel"]].out_pp or ""
             out["apposition"] = [_clauses_in(pp) + others]
-            if not _clauses_in(pp):
+            if not _clauses_in(pp) and not pp.startswith("{"):  # no sentence opens on "20 ..."
                 out["fronted"] = [others]
         path = lead_in_path(root)
         if path is not None:

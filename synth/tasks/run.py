@@ -23,7 +23,7 @@ import concurrent.futures
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -77,6 +77,8 @@ class RunConfig:
     model: str | None = None
     max_attempts: int | None = None
     max_repairs: int = 3
+    #: tries of the random but tool-using baseline per task (0: not run)
+    random_k: int = 16
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -89,6 +91,10 @@ class RunConfig:
             )
         if self.k < 0:
             raise TaskSynthesisError(f"--k must be >= 0 (0 skips the pass@k filter), got {self.k}")
+        if self.random_k < 0:
+            raise TaskSynthesisError(
+                f"--random-k must be >= 0 (0 skips the random baseline), got {self.random_k}"
+            )
         if self.workers < 1:
             raise TaskSynthesisError(f"--workers must be >= 1, got {self.workers}")
         if self.executor not in ("process", "ray"):
@@ -245,6 +251,7 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
             db_path.unlink(missing_ok=True)
             return Outcome(index, tid, reason="no solvable task on this database")
         record = make_record(category, syn, tid, rel, [config.seed, index])
+    record.stats.random_baseline = random_baseline(record, config, index)
     if config.k > 0:
         factory = None
         if config.llm:
@@ -261,6 +268,26 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
             db_path.unlink(missing_ok=True)
             return Outcome(index, tid, reason=f"0 passes in {config.k} tries")
     return Outcome(index, tid, record=record)
+
+
+def random_baseline(record: TaskRecord, config: RunConfig, index: int) -> PassAtK | None:
+    """How many of `config.random_k` tries an agent that lists items with the tools and picks
+    at random passes (None: not run, or a model-written task, whose tools it cannot read)."""
+    from gemkit.envs.toolworld.baselines import random_baseline_for
+
+    seed = config.seed * 1_000_003 + index * 101 + 7
+    if config.random_k == 0 or record.verifier.kind != "builtin":
+        return None
+    if random_baseline_for(record.category, seed) is None:
+        return None
+    passes = pass_at_k(
+        record,
+        config.out,
+        config.random_k,
+        seed=seed,
+        policy_factory=lambda i: random_baseline_for(record.category, seed + i),
+    )
+    return PassAtK(k=config.random_k, passes=passes)
 
 
 def _llm_policy_factory(config: RunConfig) -> Callable[[int], Any]:
@@ -307,6 +334,7 @@ def settings_of(config: RunConfig) -> dict[str, Any]:
         "llm": bool(config.llm),
         "model": config.model if config.llm else None,
         "max_repairs": config.max_repairs if config.llm else None,
+        "random_k": config.random_k,
     }
 
 
@@ -331,25 +359,33 @@ class RunSummary:
     resumed: int
 
     def by_level(self) -> list[dict[str, Any]]:
-        """Per level: kept, mean valid answers, mean valid fraction, pass@k rate."""
+        """Per level: kept, mean valid answers, mean valid fraction, the pass@k rate of the
+        category's baseline, and the pass rate of the random but tool-using baseline (its
+        tries passed over its tries: the curve that must fall, from at most 10% at level 1)."""
         rows = []
         for level in sorted({r["level"] for r in self.records}):
             rs = [r for r in self.records if r["level"] == level]
-            passes = [r["stats"]["pass_at_k"] for r in rs if r["stats"].get("pass_at_k")]
             rows.append(
                 {
                     "level": level,
                     "kept": len(rs),
                     "mean_valid": float(np.mean([r["stats"]["n_valid_solutions"] for r in rs])),
                     "mean_fraction": float(np.mean([r["stats"]["valid_fraction"] for r in rs])),
-                    "pass_rate": (
-                        sum(p["passes"] for p in passes) / sum(p["k"] for p in passes)
-                        if passes
-                        else None
+                    "pass_rate": _rate(r["stats"].get("pass_at_k") for r in rs),
+                    "random_rate": _rate(r["stats"].get("random_baseline") for r in rs),
+                    "random_tries": sum(
+                        (r["stats"].get("random_baseline") or {}).get("k", 0) for r in rs
                     ),
                 }
             )
         return rows
+
+
+def _rate(tries: Iterable[dict[str, int] | None]) -> float | None:
+    """Passes over tries of the recorded `PassAtK`s (None: none recorded)."""
+    runs = [t for t in tries if t]
+    total = sum(t["k"] for t in runs)
+    return sum(t["passes"] for t in runs) / total if total else None
 
 
 def run_synthesis(
