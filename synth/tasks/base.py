@@ -177,7 +177,9 @@ def first_task(
             n = category.count_solutions(db, candidate)
             space = category.count_space(db, candidate)
             if 0 < n and n * n_space < n_valid * space:  # a smaller valid fraction
-                task = dataclasses.replace(candidate, level=1, added=[*task.added, *candidate.added])
+                task = dataclasses.replace(
+                    candidate, level=1, added=[*task.added, *candidate.added]
+                )
                 n_valid, n_space = n, space
                 break
         else:
