@@ -44,12 +44,15 @@ class Record(Part):
     `schema_version` is written on every record; a record without one was written before
     versions existed, in the shape of version 1. `READS` lists older versions whose records
     are a subset of this one's (fields added since, with defaults): they read as they are,
-    keeping their version.
+    keeping their version. `ATTACHMENTS` names what a `datasets` export carries beside the
+    fields (a task's database file), so the export stands alone.
     """
 
     KIND: ClassVar[str] = "record"
     VERSION: ClassVar[int] = 1
     READS: ClassVar[tuple[int, ...]] = ()
+    #: binary columns a `datasets` export carries beside the fields (`records.export`)
+    ATTACHMENTS: ClassVar[tuple[str, ...]] = ()
 
     schema_version: int = 1
 

@@ -79,6 +79,9 @@ class TaskRecord(Record):
     VERSION = 2
     READS: ClassVar[tuple[int, ...]] = (1,)
 
+    #: a `datasets` export carries each task's SQLite file, so the dataset stands alone
+    ATTACHMENTS: ClassVar[tuple[str, ...]] = ("database_sqlite",)
+
     schema_version: int = 2
 
     id: str

@@ -505,14 +505,20 @@ def _run_parallel(
 
 
 def export_datasets(
-    out: Path, records: list[dict[str, Any]], store: RunStore | None = None
+    out: Path,
+    records: list[dict[str, Any]],
+    store: RunStore | None = None,
+    root: Path | None = None,
 ) -> Path | None:
     """Save the records as a Hugging Face `datasets` folder at `out/datasets`.
 
     The columns are `TaskRecord`'s fields, nested as in `tasks.jsonl`; only its free-form
-    JSON fields (tool parameter schemas, the spec, the reference answer) are JSON text.
-    Within a run (`store`), the folder is written aside and renamed over the old one, so a
-    failed export leaves the last one whole and no partial folder behind.
+    JSON fields (tool parameter schemas, the spec, the reference answer) are JSON text. Each
+    row also carries its task's SQLite file (`database_sqlite`, read from `root`, by default
+    `out`), so the folder alone, a copy of it or its `push_to_hub` upload, plays anywhere
+    (`gemkit.make("toolworld:...", path=folder)`, or `records=` a loaded dataset). Within a
+    run (`store`), the folder is written aside and renamed over the old one, so a failed
+    export leaves the last one whole and no partial folder behind.
     """
     try:
         import datasets  # noqa: F401
@@ -522,8 +528,21 @@ def export_datasets(
     from gemkit.records.export import save_dataset
 
     typed = [TaskRecord.parse(r) for r in records]
+    where = Path(root) if root is not None else Path(out)
+    files = {"database_sqlite": [_database_file(where, r) for r in typed]}
     if store is None:
-        return save_dataset(typed, TaskRecord, out / "datasets")
+        return save_dataset(typed, TaskRecord, Path(out) / "datasets", files)
     with store.replacing("datasets") as tmp:
-        save_dataset(typed, TaskRecord, tmp)
-    return out / "datasets"
+        save_dataset(typed, TaskRecord, tmp, files)
+    return Path(out) / "datasets"
+
+
+def _database_file(root: Path, record: TaskRecord) -> bytes:
+    path = root / record.database
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise TaskSynthesisError(
+            f"cannot export task {record.id}: its database {path} cannot be read "
+            f"({e.strerror or e}); export from the folder that holds its db/"
+        ) from None

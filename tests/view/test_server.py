@@ -32,7 +32,7 @@ def count(page: str) -> int:
 def test_the_overview_lists_every_collection_of_the_demo(viewer, get):
     page = get(viewer.url, "/")
     assert page.status == 200
-    for key in ("episodes", "synth-qa/qa", "synth-qa/dataset/qa", "synth-tasks/tasks"):
+    for key in ("episodes", "synth-qa/qa", "synth-qa/dataset/train/qa", "synth-tasks/tasks"):
         assert f"/list?c={quote(key, safe='')}" in page.text
     assert "18 records" in page.text, "6 games x 3 episodes"
     assert "summary.json" in page.text and "progress.log" in page.text
@@ -96,9 +96,9 @@ def test_a_task_page_shows_the_verifier_verdict_on_the_reference_answer(viewer, 
 
 
 def test_datasets_folders_are_browsable_like_their_jsonl(viewer, get):
-    page = get(viewer.url, "/list?c=synth-qa/dataset/qa").text
+    page = get(viewer.url, "/list?c=synth-qa/dataset/train/qa").text
     assert count(page) == 5
-    assert get(viewer.url, "/record?c=synth-qa/dataset/qa&r=0").status == 200
+    assert get(viewer.url, "/record?c=synth-qa/dataset/train/qa&r=0").status == 200
 
 
 def test_plots_are_inline_svg_for_each_kind(viewer, get):

@@ -170,7 +170,7 @@ def test_one_hundred_thousand_records_page_from_disk_with_a_compact_index(tmp_pa
 def test_discovery_groups_the_demo_by_kind_and_folder(demo):
     cat = discover(demo)
     keys = set(cat.collections)
-    assert {"episodes", "synth-qa/qa", "synth-qa/dataset/qa", "synth-tasks/tasks"} <= keys
+    assert {"episodes", "synth-qa/qa", "synth-qa/dataset/train/qa", "synth-tasks/tasks"} <= keys
     qa = cat.collections["synth-qa/qa"]
     assert [(s.rel, s.role) for s in qa.sources] == [
         ("synth-qa/qa.jsonl", "kept"),
