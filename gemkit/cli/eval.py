@@ -13,9 +13,7 @@ from rich.table import Table
 
 from gemkit.cli.arguments import positive
 from gemkit.cli.console import console
-
-CONTEXTS = ("none", "discard-all", "discard-75", "summary", "thinking")
-TOOL_FORMATS = ("text", "native")
+from gemkit.llm.episode_shape import CONTEXTS, TOOL_FORMATS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -57,40 +55,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _wrappers(args: argparse.Namespace, client: Any) -> list:
-    from gemkit.wrappers import (
-        ChatHistory,
-        DiscardAllContext,
-        DiscardContext,
-        SummaryContext,
-        ThinkingRetention,
+    from gemkit.llm.episode_shape import chat_wrappers
+
+    return chat_wrappers(
+        args.tool_format,
+        system_prompt=args.system_prompt,
+        context=args.context,
+        max_context=args.max_context,
+        summarizer=client,
+        max_summary_tokens=args.max_summary_tokens,
     )
-
-    wrappers: list = [lambda env: ChatHistory(env, system_prompt=args.system_prompt)]
-    if args.tool_format == "native":
-        wrappers.insert(0, _no_tool_text)
-    m = args.max_context
-    extra = {
-        "none": None,
-        "discard-all": lambda env: DiscardAllContext(env, max_context=m),
-        "discard-75": lambda env: DiscardContext(env, max_context=m, fraction=0.75),
-        "summary": lambda env: SummaryContext(
-            env, summarizer=client, max_context=m, max_summary_tokens=args.max_summary_tokens
-        ),
-        "thinking": lambda env: ThinkingRetention(env),
-    }[args.context]
-    return wrappers + ([extra] if extra else [])
-
-
-def _no_tool_text(env: Any) -> Any:
-    """Keep the tool schemas out of the prompt text (native mode sends them as `tools=`)."""
-    from gemkit.tools.wrapper import ToolEnvWrapper
-
-    layer = env
-    while layer is not None:  # envs such as toolworld bring their own tool wrapper
-        if isinstance(layer, ToolEnvWrapper):
-            layer.instructions = False
-        layer = getattr(layer, "env", None)
-    return env
 
 
 def summary_table(summary: dict[str, dict[str, float]]) -> Table:
@@ -146,6 +120,7 @@ def _without_credentials(url: str) -> str:
 
 async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     from gemkit.evaluate import evaluate
+    from gemkit.llm.episode_shape import chat_policy
     from gemkit.registry import make_policy, spec
 
     for env_id in args.env_ids:
@@ -167,15 +142,7 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 
     def policy_factory(env_id: str, seed: int):
         if client is not None:
-            native = args.tool_format == "native"
-            return make_policy(
-                "llm",
-                env_id,
-                client=client,
-                system_prompt=None,
-                env_tools=native,
-                message_actions=native,
-            )
+            return chat_policy(client, args.tool_format)
         return make_policy(args.policy, env_id, seed=seed)
 
     def policy_info(seed: int) -> dict[str, Any]:

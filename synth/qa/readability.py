@@ -150,6 +150,22 @@ def repeated_verbs(question: str) -> list[str]:
             if _occurs(verb, span):
                 found.append(" ".join(verb))
     found += _repeated_across(question, verbs)
+    found += _repeated_participles(question)
+    return found
+
+
+def _repeated_participles(question: str) -> list[str]:
+    """A participle set before or beside the asked noun, then its verb again: "Formed in the
+    1960s, what band was formed in ...", "Which band, formed in 1960, was formed in ..."."""
+    found = []
+    for sentence in sentences(question):
+        for m in re.finditer(r"\b(?:is|was) ([\w-]+)\b", sentence):
+            if main_verb(["was", m.group(1)]) == ("was",):
+                continue  # a copula, not a participle
+            before = sentence[: m.start()]
+            cut = max((r.end() for r in RELATIVE.finditer(before)), default=0)
+            if re.search(rf"(?:^|, ){re.escape(m.group(1))}\b", before[cut:], re.I):
+                found.append(m.group(1))
     return found
 
 

@@ -346,10 +346,15 @@ def _labels(node: Node) -> list[dict[str, Any]]:
 
 
 def _apposable(clauses: list[dict[str, Any]]) -> int | None:
-    """The clause an apposition can hold: a plain value with a participle, not the only one."""
+    """The clause an apposition can hold: a plain value with a participle, not the only one,
+    and not sharing its verb with another ("formed in 1960" beside "was formed in X" would
+    say the verb twice)."""
     if len(clauses) < 2:
         return None
+    verbs = [_verb(c) for c in clauses]
     for i, c in enumerate(clauses):
+        if verbs.count(verbs[i]) > 1:
+            continue
         if c["dir"] == "out" and RELATIONS[c["rel"]].out_pp and _simple(c["value"]):
             return i
     return None

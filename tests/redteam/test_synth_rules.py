@@ -117,10 +117,16 @@ def test_no_question_repeats_its_main_verb(big_run):
         r"\b(was|is) (\w+(?:ed|en)|born|held|set)\b" + same_clause + r"\band \1 \2\b"
     )
     has = re.compile(r"\bhas\b" + same_clause + r"\band has\b")
+    # "Formed in the 1960s, what band was formed in ...": the set-off participle said again
+    front = re.compile(
+        r"(?:^|, )(\w+ed|born|held|set)\b" + same_clause + r"\b(?:was|is) \1\b", re.I
+    )
     found = [
         r["question"]
         for r in records
-        if participle.search(r["question"]) or has.search(r["question"])
+        if participle.search(r["question"])
+        or has.search(r["question"])
+        or front.search(r["question"])
     ]
     assert found == []  # 5.75% in the audit
 

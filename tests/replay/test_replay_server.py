@@ -27,7 +27,7 @@ def chat(srv: ReplayOpenAIServer, messages: list[dict], **kw) -> object:
 def test_every_recording_loads_as_exchanges():
     exchanges = load_exchanges(sorted(FIXTURES.glob("*.jsonl")))
     kinds = {e.kind[:21] for e in exchanges}
-    assert len(exchanges) == 273  # 194 qa + 16 tasks + 53 eval turns + 10 summaries
+    assert len(exchanges) == 285  # 194 qa + 16 tasks + 53 eval turns + 10 summaries + 12 filter
     assert {"summary", "", "You make trivia quest", "You build tool-use ta"} <= kinds
 
 

@@ -72,6 +72,10 @@ def test_a_repeated_main_verb_is_found_and_a_shared_one_is_not():
     # the copula repeated in one clause, but not across a relative clause
     assert repeated_verbs("Which city is in Goulistan and is the birthplace of Ilk Vor?") == ["is"]
     assert repeated_verbs("What is the name of the city that is in Goulistan?") == []
+    # a participle set off before the asked noun, then its verb again
+    assert repeated_verbs("Formed in the 1960s, what band was formed in Ab?") == ["formed"]
+    assert repeated_verbs("Which band, formed in 1960, was formed in Ab?") == ["formed"]
+    assert repeated_verbs("Formed in the 1960s, what band was founded by Ab?") == []
     # sentences that go on about one subject count as one clause
     assert repeated_verbs("A film was released in 1990. It was released in Ab. Which film is it?")
 
