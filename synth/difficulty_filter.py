@@ -6,8 +6,8 @@ played as `qa:Synth` with search and access over its corpus) or a task run (`tas
 played as a `toolworld:` env over its databases), a model makes `k` tool-free attempts and
 `k` tool-using attempts through the same envs a trainer plays; an item is kept when
 
-- its tool-using accuracy is above 0 and below `max_accuracy` (the published recipe: 16
-  attempts, drop 0/16 and >= 50%),
+- its tool-using accuracy is above 0 and below `max_accuracy` (by default 16 attempts, drop
+  0/16 and >= 50%),
 - its tool-free accuracy is at most `max_closed_book` (a question a model answers from memory
   needs no search), and
 - every tool-using attempt that solved it took at least `min_tool_turns` tool turns.

@@ -151,8 +151,9 @@ def truncate(node: Node, hops: int) -> Node:
 
 #: candidates a clause is checked on one at a time, rather than by evaluating it whole
 FEW = 64
-#: the order a query's clauses are evaluated in: lookups first, widest last
-_ORDER = {"entity": 0, "literal": 1, "query": 2, "range": 3}
+#: the order a query's clauses are evaluated in: lookups first, ranges (cached sets), then
+#: nested descriptions, which the candidates left are checked against one by one
+_ORDER = {"entity": 0, "literal": 1, "range": 2, "query": 3}
 
 
 class FactIndex:

@@ -76,20 +76,30 @@ def _simple(node: Node) -> bool:
 
 def _template(c: dict[str, Any]) -> str:
     """The verb phrase template of a clause about `?x`, right-branching around a description."""
-    rel = RELATIONS[c["rel"]]
-    if c["dir"] == "out":
+    return _template_of(c["rel"], c["dir"], _simple(c["value"]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _template_of(key: str, direction: str, simple: bool) -> str:
+    rel = RELATIONS[key]
+    if direction == "out":
         template = rel.out_vp
         slot = "{aO}" if "{aO}" in template else "{O}"
     else:
-        template = rel.in_vp or f"is the object of {c['rel']} for {{S}}"
+        template = rel.in_vp or f"is the object of {key} for {{S}}"
         slot = "{S}"
-    if not template.endswith(slot) and not _simple(c["value"]):
-        template = _RIGHT.get((c["rel"], c["dir"]), template)
+    if not template.endswith(slot) and not simple:
+        template = _RIGHT.get((key, direction), template)
     return template
 
 
 def _verb(c: dict[str, Any]) -> tuple[str, ...]:
-    return main_verb(_template(c).split())
+    return _verb_of(c["rel"], c["dir"], _simple(c["value"]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _verb_of(key: str, direction: str, simple: bool) -> tuple[str, ...]:
+    return main_verb(_template_of(key, direction, simple).split())
 
 
 def _groups(clauses: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
