@@ -124,10 +124,12 @@ class RunStats:
         """Records kept by this run (not found on disk)."""
         return self.kept - self.resumed
 
-    def kept_per_minute(self, min_records: int = MIN_RATE_RECORDS) -> float | None:
+    def kept_per_minute(self, min_records: int | None = None) -> float | None:
         """This run's rate: records it kept per minute of its own time (None: it kept fewer
-        than `min_records`, too few for a rate, as a resumed run that found its work done)."""
-        if self.seconds <= 0 or self.new < max(1, min_records):
+        than `min_records`, by default `MIN_RATE_RECORDS`, too few for a rate, as a resumed
+        run that found its work done)."""
+        least = MIN_RATE_RECORDS if min_records is None else min_records
+        if self.seconds <= 0 or self.new < max(1, least):
             return None
         return 60 * self.new / self.seconds
 

@@ -153,6 +153,8 @@ def check_task(category: TaskGenerator, db: Database, task: Task) -> tuple[Any, 
 MAX_FIRST_FRACTION = 0.05
 #: hardening steps a level-1 proposal may take to get there
 MAX_FIRST_STEPS = 8
+#: rounds of hardening candidates drawn for a level before the task stays where it is
+HARDEN_ROUNDS = 3
 #: each level leaves at most this share (3/5) of the valid fraction of the level below, so a
 #: random answer passes a level clearly less often than the one before it
 HARDER = (3, 5)
@@ -226,7 +228,9 @@ def synthesize(
             return None
         history = [level_entry(task, n_valid, n_space, [])]
         while task.level < target_level:
-            for candidate in category.harden(db, task, rng):
+            # a few rounds: the candidates' limits are drawn, a later draw may cut deeper
+            rounds = (c for _ in range(HARDEN_ROUNDS) for c in category.harden(db, task, rng))
+            for candidate in rounds:
                 space = category.count_space(db, candidate)
                 n = category.count_solutions(db, candidate)
                 # n / space <= HARDER * n_valid / n_space, without floats
