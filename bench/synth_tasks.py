@@ -1,8 +1,11 @@
 """Task synthesis: verified tuples per minute, and the hardness curve by level.
 
 1. Throughput: `gemkit synth tasks` offline (reference solution, verifier, exact counts, pass@k
-   with the baseline agent) for `--n` trip-planning tasks at levels 3-5 with `--workers`
-   processes; reports kept (verified, pass@k-filtered) tuples per minute.
+   with the baseline agent, the random baseline's tries) for `--n` tasks per category at
+   levels `--min-level` to `--max-level` (the CLI's 1-4 by default) with `--workers`
+   processes; reports kept (verified, pass@k-filtered) tuples per minute, with the load
+   average before and after each run, and the random but tool-using baseline's pass rate by
+   level as the run recorded it.
 2. Hardness curve: tasks hardened to `--curve-level`; at each level of their history, the
    number of valid plans, the fraction of well-formed plans that are valid, and the baseline
    agent's pass rate over `--k` tries.
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import resource
 import tempfile
 import time
@@ -36,18 +40,28 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def throughput(category: str, n: int, workers: int, k: int, out: Path) -> dict[str, Any]:
-    """Kept tuples per minute for a run of `n` tasks at levels 3-5."""
+def _load() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def throughput(
+    category: str, n: int, workers: int, k: int, out: Path, levels: tuple[int, int] = (1, 4)
+) -> dict[str, Any]:
+    """Kept tuples per minute for a run of `n` tasks at `levels`."""
     config = RunConfig(
-        category=category, n=n, out=out, min_level=3, max_level=5, k=k, workers=workers,
-        seed=1, export=False,
+        category=category, n=n, out=out, min_level=levels[0], max_level=levels[1], k=k,
+        workers=workers, seed=1, export=False,
     )  # fmt: skip
+    load = _load()
     start, cpu0 = time.perf_counter(), _cpu()
     summary = run_synthesis(config)
     seconds = time.perf_counter() - start
     cpu = _cpu() - cpu0
     kept = len(summary.records)
     return {
+        "load_average_before_after": [load, _load()],
+        "levels": list(levels),
+        "by_level": summary.by_level(),
         "category": category,
         "kept": kept,
         "rejected": summary.rejected,
@@ -100,6 +114,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=60, help="tasks to keep in the throughput run")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--k", type=int, default=4, help="pass@k tries")
+    ap.add_argument("--min-level", type=int, default=1)
+    ap.add_argument("--max-level", type=int, default=4)
     ap.add_argument("--curve-tasks", type=int, default=12)
     ap.add_argument("--curve-level", type=int, default=8)
     ap.add_argument("--categories", default="trip_planning,meeting_scheduling,shopping_basket")
@@ -109,11 +125,15 @@ def main() -> None:
     results: dict[str, Any] = {"throughput": [], "curves": {}}
     with tempfile.TemporaryDirectory() as tmp:
         for category in args.categories.split(","):
-            t = throughput(category, args.n, args.workers, args.k, Path(tmp) / f"run-{category}")
+            levels = (args.min_level, args.max_level)
+            t = throughput(
+                category, args.n, args.workers, args.k, Path(tmp) / f"run-{category}", levels
+            )
             results["throughput"].append(t)
-        table = Table(title="verified tuples per minute (levels 3-5, offline)")
+        title = f"verified tuples per minute (levels {args.min_level}-{args.max_level}, offline)"
+        table = Table(title=title)
         cols = ("category", "kept", "rejected", "wall s", "tuples/min", "CPU s",
-                "tuples/CPU-min", "workers", "pass@k")  # fmt: skip
+                "tuples/CPU-min", "workers", "pass@k", "load avg before/after")  # fmt: skip
         for col in cols:
             table.add_column(col, justify="right")
         for t in results["throughput"]:
@@ -121,8 +141,22 @@ def main() -> None:
                 t["category"], str(t["kept"]), str(t["rejected"]), f"{t['seconds']:.1f}",
                 f"{t['per_minute']:.0f}", f"{t['cpu_seconds']:.1f}",
                 f"{t['per_cpu_minute']:.0f}", str(t["workers"]), str(t["k"]),
+                " / ".join("-" if x is None else f"{x:.1f}" for x in t["load_average_before_after"]),
             )  # fmt: skip
         console.print(table)
+        for t in results["throughput"]:
+            table = Table(title=f"{t['category']}: the run's own records by level")
+            for col in ("level", "kept", "mean valid fraction", "baseline pass@k",
+                        "random baseline pass rate (tries)"):  # fmt: skip
+                table.add_column(col, justify="right")
+            for row in t["by_level"]:
+                table.add_row(
+                    str(row["level"]), str(row["kept"]), f"{row['mean_fraction']:.2e}",
+                    "-" if row["pass_rate"] is None else f"{row['pass_rate']:.2f}",
+                    "-" if row["random_rate"] is None
+                    else f"{row['random_rate']:.2%} ({row['random_tries']})",
+                )  # fmt: skip
+            console.print(table)
         for category in args.categories.split(","):
             curve_root = Path(tmp) / f"curve-{category}"
             curve_root.mkdir()

@@ -6,8 +6,8 @@ played as `qa:Synth` with search and access over its corpus) or a task run (`tas
 played as a `toolworld:` env over its databases), a model makes `k` tool-free attempts and
 `k` tool-using attempts through the same envs a trainer plays; an item is kept when
 
-- its tool-using accuracy is above 0 and below `max_accuracy` (the published recipe: 16
-  attempts, drop 0/16 and >= 50%),
+- its tool-using accuracy is above 0 and below `max_accuracy` (by default 16 attempts, drop
+  0/16 and >= 50%),
 - its tool-free accuracy is at most `max_closed_book` (a question a model answers from memory
   needs no search), and
 - every tool-using attempt that solved it took at least `min_tool_turns` tool turns.
@@ -40,6 +40,7 @@ import numpy as np
 
 from gemkit.core import areset_of, astep_of
 from gemkit.errors import GemkitError
+from gemkit.llm.episode_shape import TOOL_FORMATS, chat_policy, chat_wrappers, wrapped
 from gemkit.records.qa import QARecord
 from gemkit.records.tasks import TaskRecord
 from gemkit.rollout import Episode, run_episode
@@ -55,6 +56,14 @@ SYSTEM = {
     "closed_book": "Answer from what you know; no tools are available.",
     "tools": "Use the tools to find what you need, then give your final answer.",
 }
+
+
+#: what a filter says when no tool-using attempt solved any item
+NOTHING_SOLVED = (
+    "no tool-using attempt solved any of the %d items with %s: the filter cannot judge "
+    "difficulty (every item is dropped as never solved); it needs a model that solves some "
+    "items with the tools, or check that the attempts reach the tools (attempts.jsonl)"
+)
 
 
 class FilterError(GemkitError):
@@ -76,6 +85,8 @@ class FilterConfig:
     temperature: float = 1.0
     max_tokens: int = 1024
     max_steps: int = 32
+    #: how the tools reach the model, as in `gemkit eval` (`text` or `native`)
+    tool_format: str = "text"
     seed: int = 0
     concurrency: int = 8
     limit: int | None = None  # only the first `limit` items
@@ -92,6 +103,10 @@ class FilterConfig:
             raise FilterError(f"--min-tool-turns must be >= 0, got {self.min_tool_turns}")
         if self.concurrency < 1:
             raise FilterError(f"--concurrency must be >= 1, got {self.concurrency}")
+        if self.tool_format not in TOOL_FORMATS:
+            raise FilterError(
+                f"--tool-format must be one of {', '.join(TOOL_FORMATS)}, got {self.tool_format!r}"
+            )
 
     def settings(self) -> dict[str, Any]:
         """What decides the output (a resumed run must share it)."""
@@ -253,14 +268,25 @@ VERDICTS = RecordFile(VERDICTS_FILE, key=lambda r: r["item"])
 
 @dataclass
 class FilterSummary:
-    """What a filter run found: items, kept, and why the others were dropped."""
+    """What a filter run found: items, kept, and why the others were dropped.
+
+    `solved` counts the items some tool-using attempt solved: with none solved the filter
+    cannot tell hard from impossible (the model is too weak for this data, or the attempts
+    could not use the tools), and `judged` is False.
+    """
 
     items: int = 0
     kept: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     attempts_played: int = 0
     attempts_resumed: int = 0
+    solved: int = 0
     verdicts: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def judged(self) -> bool:
+        """Whether the model solved anything, so its accuracies say how hard each item is."""
+        return self.solved > 0 or self.items == 0
 
 
 def drop_kind(reason: str) -> str:
@@ -292,7 +318,7 @@ def open_store(config: FilterConfig, files: list[RecordFile]) -> RunStore:
 async def _play_all(
     config: FilterConfig, data: Dataset, todo: list[tuple[int, str, int]], store: RunStore
 ) -> int:
-    from gemkit.llm import LLMClient, LLMPolicy
+    from gemkit.llm import LLMClient
 
     client = LLMClient(
         base_url=config.llm_url, model=config.model, max_retries=3, timeout=config.timeout
@@ -309,10 +335,10 @@ async def _play_all(
         env = await pools[mode].get()
         try:
             if env is None:
-                env = await asyncio.to_thread(data.make_env, mode == "tools")
-            policy = LLMPolicy(
-                client, SYSTEM[mode], env_tools=mode == "tools",
-                temperature=config.temperature, max_tokens=config.max_tokens,
+                env = await asyncio.to_thread(make_env, data, mode, config.tool_format)
+            policy = chat_policy(
+                client, config.tool_format, temperature=config.temperature,
+                max_tokens=config.max_tokens,
             )  # fmt: skip
             seed = attempt_seed(config.seed, item, mode, j)
             episode = await run_episode(
@@ -332,6 +358,14 @@ async def _play_all(
     finally:
         await client.close()
     return played
+
+
+def make_env(data: Dataset, mode: str, tool_format: str = "text") -> Any:
+    """An env of the dataset in `mode`, played in the shape `gemkit eval` plays a model in
+    (`gemkit.llm.episode_shape`): a chat whose tool results are `tool` messages, the tools
+    offered once (as text, or natively as `tools=`), the mode's system prompt first."""
+    env = data.make_env(mode == "tools")
+    return wrapped(env, chat_wrappers(tool_format, system_prompt=SYSTEM[mode]))
 
 
 def _is_infrastructure(error: str) -> bool:
@@ -375,6 +409,9 @@ def run_filter(config: FilterConfig) -> FilterSummary:
             summary.verdicts.append(v)
         kept = [data.records[v["item"]] for v in summary.verdicts if v["kept"]]
         summary.kept = len(kept)
+        summary.solved = sum(v["tool_accuracy"] > 0 for v in summary.verdicts)
+        if not summary.judged:
+            log.warning(NOTHING_SOLVED, len(summary.verdicts), config.model)
         for v in summary.verdicts:
             if not v["kept"]:
                 kind = drop_kind(v["reason"])
@@ -388,6 +425,8 @@ def run_filter(config: FilterConfig) -> FilterSummary:
             if target.exists() and not link.exists() and not link.is_symlink():
                 link.symlink_to(target)
         store.write_json(
-            "summary.json", {k: v for k, v in asdict(summary).items() if k != "verdicts"}
+            "summary.json",
+            {k: v for k, v in asdict(summary).items() if k != "verdicts"}
+            | {"judged": summary.judged},
         )
     return summary

@@ -15,6 +15,7 @@ from typing import Any
 from gemkit.errors import GemkitError
 from gemkit.records.base import RecordError, per_file
 from gemkit.records.qa import QARecord
+from gemkit.records.splits import SPLITS, TEST_FRACTION, answer_split, first_of_each
 from gemkit.runstore import read_lines
 
 
@@ -48,6 +49,26 @@ def _read_questions(qa: Path) -> list[dict[str, Any]]:
     ]
 
 
+def split_records(
+    records: list[dict[str, Any]], split: str | None, test_fraction: float = TEST_FRACTION
+) -> list[dict[str, Any]]:
+    """The records of one side of the answer-disjoint split the `datasets` export writes
+    (`gemkit.records.splits`): one per normalised question, every answer on one side only.
+    `split=None` keeps every record."""
+    if split is None:
+        return records
+    if split not in SPLITS:
+        raise GemkitError(f"split must be one of {', '.join(SPLITS)} (or None for all), got {split!r}")
+    unique = first_of_each(records, key=lambda r: r["question"])
+    kept = [r for r in unique if answer_split(r["answer"], test_fraction) == split]
+    if not kept:
+        raise GemkitError(
+            f"the {split} split of this set is empty ({len(unique)} records); "
+            "synthesize more records or pass split=None"
+        )
+    return kept
+
+
 def synthesized_env(
     path: str | os.PathLike[str],
     *,
@@ -56,11 +77,16 @@ def synthesized_env(
     tools: bool = True,
     topk: int = 3,
     max_tool_uses: int = 20,
+    split: str | None = None,
+    test_fraction: float = TEST_FRACTION,
 ) -> Any:
-    """A QA env over the records at `path`, with search/access over their corpus."""
+    """A QA env over the records at `path` (all, or one side of the answer-disjoint split:
+    `split="train"` / `"test"`, as the run's `datasets` export made with the same
+    `test_fraction` holds them), with search/access over their corpus."""
     from gemkit.envs.qa.env import QAEnv
 
     records, found = load_synth_records(path)
+    records = split_records(records, split, test_fraction)
     corpus = corpus or found
     env = QAEnv(records, reward=reward, corpus_path=corpus)
     if not tools:

@@ -345,3 +345,96 @@ BASELINES: dict[str, type[GeneratorAgent]] = {
 def baseline_for(category: str, seed: int | None = None) -> GeneratorAgent:
     """The baseline agent of a category."""
     return BASELINES[category](seed=seed)
+
+
+# -- random but tool-using ---------------------------------------------------------------------
+#
+# What a policy that has learned to use the listing tools, and nothing about the rules, does:
+# it reads the task's shape from the prompt (days, meetings, categories), lists the items
+# with the tools, and picks among them at random. Each picks uniformly among the well-formed
+# answers the task's valid fraction counts, so its pass rate estimates that fraction: a task
+# it passes often rewards luck, not planning.
+
+
+class RandomTrip(GeneratorAgent):
+    """A random trip: the start city, then random unvisited cities, random items in each."""
+
+    def plan(self, prompt: str, rng: np.random.Generator) -> Plan:
+        """List the cities, then each day's city's items; pick at random."""
+        spec = parse_trip_prompt(prompt)
+        if spec is None:
+            return []
+        (cities,) = yield [("get_all_cities", {})]
+        cities = _list(cities)
+        route = [spec["start_city"]]
+        others = [c for c in cities if c != spec["start_city"]]
+        order = rng.permutation(len(others))
+        route += [others[int(i)] for i in order][: spec["n_days"] - 1]
+        tables = ("hotels", "restaurants", "attractions")
+        got = yield [(f"get_all_{t}_by_city", {"city": c}) for c in route for t in tables]
+        plan = []
+        for n, city in enumerate(route):
+            hotels, restaurants, attractions = (_list(x) for x in got[3 * n : 3 * n + 3])
+            if not hotels or not attractions or not restaurants:
+                break
+            pair = rng.choice(len(restaurants), size=min(2, len(restaurants)), replace=False)
+            r1, r2 = restaurants[int(pair[0])], restaurants[int(pair[-1])]
+            plan.append({
+                "time": spec["dates"][n], "city": city, "hotel": _pick(rng, hotels),
+                "afternoon_restaurant": r1, "afternoon_attraction": _pick(rng, attractions),
+                "evening_restaurant": r2,
+            })  # fmt: skip
+        return plan
+
+
+class RandomMeetings(GeneratorAgent):
+    """Random meetings: each at a random day, hour and room of the listed rooms."""
+
+    submit_argument = "schedule"
+
+    def plan(self, prompt: str, rng: np.random.Generator) -> Plan:
+        """List the rooms; place every meeting at random."""
+        spec = parse_meeting_prompt(prompt)
+        if spec is None:
+            return []
+        (rooms,) = yield [("get_all_rooms", {})]
+        rooms = _list(rooms)
+        if not rooms:
+            return []
+        return [
+            {
+                "meeting": m["name"],
+                "day": _pick(rng, spec["days"]),
+                "hour": _pick(rng, spec["hours"]),
+                "room": _pick(rng, rooms),
+            }
+            for m in spec["meetings"]
+        ]
+
+
+class RandomBasket(GeneratorAgent):
+    """A random basket: one listed product of each category."""
+
+    submit_argument = "basket"
+
+    def plan(self, prompt: str, rng: np.random.Generator) -> Plan:
+        """List each category's products; pick one of each at random."""
+        spec = parse_shop_prompt(prompt)
+        if spec is None:
+            return []
+        lists = yield [("get_products_by_category", {"category": c}) for c in spec["categories"]]
+        rows = [_list(x) for x in lists]
+        return [_pick(rng, row) for row in rows if row]
+
+
+RANDOM_BASELINES: dict[str, type[GeneratorAgent]] = {
+    "trip_planning": RandomTrip,
+    "meeting_scheduling": RandomMeetings,
+    "shopping_basket": RandomBasket,
+}
+
+
+def random_baseline_for(category: str, seed: int | None = None) -> GeneratorAgent | None:
+    """The random but tool-using agent of a category (None for a category without one)."""
+    agent = RANDOM_BASELINES.get(category)
+    return None if agent is None else agent(seed=seed)

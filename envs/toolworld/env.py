@@ -15,6 +15,7 @@ built by `gemkit.synth.tasks.builtin_sets`, which registers those ids.
 from __future__ import annotations
 
 import copy
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -82,11 +83,65 @@ def as_records(records: Sequence[TaskRecord | dict[str, Any]]) -> list[TaskRecor
     return out
 
 
+def is_dataset_folder(path: Path) -> bool:
+    """Whether `path` is a folder `datasets` saved (`save_to_disk`), not a synthesis folder."""
+    return path.is_dir() and (
+        (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file()
+    )
+
+
+def _is_dataset(value: Any) -> bool:
+    return hasattr(value, "features") and hasattr(value, "column_names")
+
+
+def records_of_dataset(dataset: Any) -> tuple[list[TaskRecord], Path]:
+    """The task records of a `datasets` export (loaded from disk, a copy of it, or the Hub)
+    and the folder their databases are in: each row's `database_sqlite` is written once into
+    gemkit's cache, named by its SHA-256, and the record pointed at it."""
+    import hashlib
+
+    from gemkit.cache import cache_dir
+    from gemkit.records.export import from_row
+
+    if isinstance(getattr(dataset, "column_names", None), dict):  # a DatasetDict
+        splits = list(dataset)
+        if len(splits) != 1:
+            raise ToolWorldError(
+                f"this dataset has the splits {splits}; pass one of them, e.g. records=ds[{splits[0]!r}]"
+            )
+        dataset = dataset[splits[0]]
+    if "database_sqlite" not in dataset.column_names:
+        raise ToolWorldError(
+            "this dataset carries no databases (no database_sqlite column): export it with "
+            "`gemkit synth tasks` of this gemkit, or play its folder with path="
+        )
+    root = cache_dir("toolworld-databases")
+    root.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i, row in enumerate(dataset):
+        data = row.get("database_sqlite")
+        if not data:
+            raise ToolWorldError(f"row {i} of the dataset has no database_sqlite")
+        try:
+            record = from_row(TaskRecord, row, f"row {i}")
+        except RecordError as e:
+            raise ToolWorldError(str(e)) from None
+        name = hashlib.sha256(data).hexdigest() + ".sqlite"
+        target = root / name
+        if not target.exists():  # written aside and renamed: a reader never sees half a file
+            tmp = root / f".{name}.{os.getpid()}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+        out.append(record.model_copy(update={"database": name}))
+    return out, root
+
+
 class ToolWorldEnv(Env):
     """The inner env: one task record per episode, its answer checked by the verifier.
 
-    Build it with `path=` (a synthesized folder) or `records=` plus `root=` (records in
-    memory; their database paths are relative to `root`). `level=` keeps only tasks of
+    Build it with `path=` (a synthesized folder, or its `datasets` export), or `records=`
+    plus `root=` (records in memory; their database paths are relative to `root`), or
+    `records=` a loaded `datasets` export, which carries its databases. `level=` keeps only tasks of
     that level. The env owns the episode's tools (`episode_tools`): the category's, pointed
     at the task's database, or a model-written program's.
     """
@@ -109,8 +164,15 @@ class ToolWorldEnv(Env):
                     "e.g. gemkit.make('toolworld:TripPlanning-v0')"
                 )
             folder = Path(path)
-            loaded = load_records(folder)
-            root = folder if folder.is_dir() else folder.parent
+            if is_dataset_folder(folder):
+                import datasets
+
+                loaded, root = records_of_dataset(datasets.load_from_disk(str(folder)))
+            else:
+                loaded = load_records(folder)
+                root = folder if folder.is_dir() else folder.parent
+        elif _is_dataset(records):
+            loaded, root = records_of_dataset(records)
         else:
             loaded = as_records(records)
         if root is None:

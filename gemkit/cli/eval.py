@@ -13,14 +13,12 @@ from rich.table import Table
 from gemkit.cli.arguments import add_run_folder, add_timeout_option, positive
 from gemkit.cli.console import console, heartbeat
 from gemkit.errors import GemkitError
+from gemkit.llm.episode_shape import CONTEXTS, TOOL_FORMATS
 
 #: the reply bound `--max-tokens` defaults to (gemkit.llm.client.DEFAULT_MAX_TOKENS)
 MAX_TOKENS = 2048
 #: the window a --context strategy keeps to when neither --max-context nor the server says
 MAX_CONTEXT = 32_000
-
-CONTEXTS = ("none", "discard-all", "discard-75", "summary", "thinking")
-TOOL_FORMATS = ("text", "native")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -116,46 +114,17 @@ def _check_endpoint(args: argparse.Namespace) -> None:
 
 
 def _wrappers(args: argparse.Namespace, client: Any, counter: Any = None) -> list:
-    from gemkit.wrappers import (
-        ChatHistory,
-        DiscardAllContext,
-        DiscardContext,
-        SummaryContext,
-        ThinkingRetention,
+    from gemkit.llm.episode_shape import chat_wrappers
+
+    return chat_wrappers(
+        args.tool_format,
+        system_prompt=args.system_prompt,
+        context=args.context,
+        max_context=args.max_context,
+        summarizer=client,
+        max_summary_tokens=args.max_summary_tokens,
+        counter=counter,
     )
-
-    wrappers: list = [lambda env: ChatHistory(env, system_prompt=args.system_prompt)]
-    if args.tool_format == "native":
-        wrappers.insert(0, _no_tool_text)
-    m = args.max_context
-    extra = {
-        "none": None,
-        "discard-all": lambda env: DiscardAllContext(env, max_context=m, counter=counter),
-        "discard-75": lambda env: DiscardContext(
-            env, max_context=m, fraction=0.75, counter=counter
-        ),
-        "summary": lambda env: SummaryContext(
-            env,
-            summarizer=client,
-            max_context=m,
-            max_summary_tokens=args.max_summary_tokens,
-            counter=counter,
-        ),
-        "thinking": lambda env: ThinkingRetention(env),
-    }[args.context]
-    return wrappers + ([extra] if extra else [])
-
-
-def _no_tool_text(env: Any) -> Any:
-    """Keep the tool schemas out of the prompt text (native mode sends them as `tools=`)."""
-    from gemkit.tools.wrapper import ToolEnvWrapper
-
-    layer = env
-    while layer is not None:  # envs such as toolworld bring their own tool wrapper
-        if isinstance(layer, ToolEnvWrapper):
-            layer.instructions = False
-        layer = getattr(layer, "env", None)
-    return env
 
 
 def _tool_choice(choice: str) -> str | dict[str, Any]:
@@ -235,6 +204,7 @@ def _without_credentials(url: str) -> str:
 
 async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
     from gemkit.evaluate import evaluate
+    from gemkit.llm.episode_shape import chat_policy
     from gemkit.registry import check_policy, make_policy
 
     for env_id in args.env_ids:  # every id and policy is checked before any episode is played
@@ -265,16 +235,8 @@ async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
 
     def policy_factory(env_id: str, seed: int):
         if client is not None:
-            native = args.tool_format == "native"
-            return make_policy(
-                "llm",
-                env_id,
-                client=client,
-                system_prompt=None,
-                env_tools=native,
-                message_actions=native,
-                **({"tool_choice": _tool_choice(args.tool_choice)} if args.tool_choice else {}),
-            )
+            choice = {"tool_choice": _tool_choice(args.tool_choice)} if args.tool_choice else {}
+            return chat_policy(client, args.tool_format, **choice)
         return make_policy(args.policy, env_id, seed=seed)
 
     def policy_info(seed: int) -> dict[str, Any]:

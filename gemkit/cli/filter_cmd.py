@@ -12,6 +12,7 @@ from gemkit.cli.arguments import (
     refuse_unless_resume,
 )
 from gemkit.cli.console import console
+from gemkit.llm.episode_shape import TOOL_FORMATS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,7 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "without tools and k times with them through an OpenAI-compatible model, and keep "
             "the items whose tool-using accuracy is above 0 and below --max-accuracy, that the "
             "model does not solve without tools, and that need at least --min-tool-turns tool "
-            "turns. Resumable: after an interruption, run the same command with --resume."
+            "turns. It needs a model that solves some items: with none solved it says so and "
+            "exits 1. Episodes are played as gemkit eval plays them. Resumable: after an "
+            "interruption, run the same command with --resume."
         ),
     )
     p.add_argument("source", help="a synth qa or synth tasks folder (or its qa/tasks.jsonl)")
@@ -51,6 +54,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="tool turns every solving attempt must take (default 2)",
     )
     p.add_argument(
+        "--tool-format",
+        choices=TOOL_FORMATS,
+        default="text",
+        help="how the tools reach the model, as in gemkit eval: text (in the prompt, any "
+        "server) or native (the request's tools= list)",
+    )
+    p.add_argument(
+        "--max-steps", type=positive, default=32, help="turns an attempt may take (default 32)"
+    )
+    p.add_argument(
         "--temperature", type=float, default=1.0, help="sampling temperature (default 1.0)"
     )
     p.add_argument(
@@ -75,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     """Run (or resume) a difficulty filter and print what it kept."""
     from rich.table import Table
 
-    from gemkit.synth.difficulty_filter import FilterConfig, run_filter
+    from gemkit.synth.difficulty_filter import NOTHING_SOLVED, FilterConfig, run_filter
 
     refuse_unless_resume(args, "filter")
     config = FilterConfig(
@@ -83,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
         max_accuracy=args.max_accuracy, max_closed_book=args.max_closed_book,
         min_tool_turns=args.min_tool_turns, temperature=args.temperature,
         max_tokens=args.max_tokens, concurrency=args.concurrency, limit=args.limit,
-        seed=args.seed, timeout=args.timeout,
+        seed=args.seed, timeout=args.timeout, tool_format=args.tool_format,
+        max_steps=args.max_steps,
     )  # fmt: skip
     summary = run_filter(config)
     table = Table(title=f"difficulty filter: {args.source}")
@@ -98,4 +112,7 @@ def run(args: argparse.Namespace) -> int:
     )
     console.print(table)
     console.print(f"kept records: {args.out}")
+    if not summary.judged:
+        console.print(f"[yellow]{NOTHING_SOLVED % (summary.items, args.model)}[/yellow]")
+        return 1
     return 0

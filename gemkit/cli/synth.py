@@ -21,6 +21,17 @@ from gemkit.errors import GemkitError
 # -- qa -----------------------------------------------------------------------------------------
 
 
+def _fraction(text: str) -> float:
+    """A share between 0 and 1 (argparse type)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a number from 0 to 1, got {text!r}")
+    return value
+
+
 def add_qa(sub: argparse._SubParsersAction) -> None:
     """Register `gemkit synth qa`."""
     p = sub.add_parser(
@@ -43,6 +54,11 @@ def add_qa(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seeds", help="a JSONL of {question, answer} seed questions; needs --llm")
     p.add_argument("--workers", type=_positive, default=1, help="worker processes (default 1)")
     p.add_argument(
+        "--test-fraction", type=_fraction, default=0.1,
+        help="share of answers the dataset export puts in its test split (default 0.1; no "
+        "answer is on both sides)",
+    )
+    p.add_argument(
         "--executor", choices=["process", "ray"], default="process",
         help="run workers as local processes or as Ray tasks on a cluster",
     )
@@ -51,31 +67,58 @@ def add_qa(sub: argparse._SubParsersAction) -> None:
 
 
 def _table(stats: Any, title: str) -> Any:
+    """The run's figures: every work item by the stage that settled it, what the kept records
+    are like, and (apart: an item tries many) the edits."""
+    from rich.console import Group
     from rich.table import Table
 
+    from gemkit.synth.qa.run import STAGES
+
     s = stats.summary()
-    table = Table(title=title)
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    table.add_row("work items", str(s["items"]))
-    table.add_row("kept", str(s["kept"]))
-    for stage in ("seed", "edits", "quality", "difficulty", "uniqueness", "error"):
-        if s["rejected"].get(stage):
-            table.add_row(f"rejected at {stage}", str(s["rejected"][stage]))
-    for stage, count in sorted(s["edit_rejections"].items()):
-        table.add_row(f"edits rejected at {stage}", str(count))
-    table.add_row("mean injections (published 4.27)", f"{s['mean_inject']:.2f}")
-    table.add_row("mean fuzzes (published 2.10)", f"{s['mean_fuzz']:.2f}")
-    table.add_row("mean tool calls needed", f"{s['mean_tool_calls']:.1f}")
-    table.add_row("closed-book accuracy", f"{s['closed_book_accuracy']:.1%}")
-    rate = stats.kept_per_minute()
-    if rate is not None:  # this run's own records over its own time, not the resumed ones
-        table.add_row("kept per minute", f"{rate:.0f}")
-    if stats.resumed:
-        table.add_row("found on disk (resumed)", str(stats.resumed))
+    items = Table(title=title)
+    items.add_column("work items", overflow="fold")
+    items.add_column("count", justify="right")
+    items.add_row("work items", str(s["items"]))
+    items.add_row("kept", str(s["kept"]))
+    for stage in STAGES:  # every stage, so kept + rejected adds up to the work items
+        n = s["rejected"].get(stage, 0)
+        if n or stage not in ("duplicate", "error"):
+            items.add_row(f"rejected at {stage}", str(n))
+    for stage, n in s["rejected"].items():
+        if stage not in STAGES:
+            items.add_row(f"rejected at {stage}", str(n))
     if stats.failed:
-        table.add_row("failed on the model server (retried on resume)", str(stats.failed))
-    return table
+        items.add_row("failed on the model server (not settled: retried on resume)", str(stats.failed))
+    if stats.resumed:
+        items.add_row("kept records found on disk (resumed)", str(stats.resumed))
+
+    kept = Table(title="kept records")
+    kept.add_column("figure", overflow="fold")
+    kept.add_column("value", justify="right")
+    checked = s["clauses_checked"]
+    if checked:
+        kept.add_row("checked clause by clause", f"{checked} of {s['kept']}")
+        kept.add_row("with a clause the answer does not need", str(s["idle_clauses"]))
+        kept.add_row("with a blurred value that excludes no entity", str(s["vacuous_blurs"]))
+    kept.add_row("hard to read (clause in a clause, verb twice, deep clauses)", str(s["hard_to_read"]))
+    kept.add_row("mean injections per record", f"{s['mean_inject']:.2f}")
+    kept.add_row("mean fuzzes per record", f"{s['mean_fuzz']:.2f}")
+    kept.add_row("mean tool calls to solve", f"{s['mean_tool_calls']:.1f}")
+    kept.add_row("closed-book accuracy (every verified item)", f"{s['closed_book_accuracy']:.1%}")
+    rate = stats.kept_per_minute()
+    if rate is not None:  # this run's own records over its own time, and enough of them
+        kept.add_row("kept per minute (this run)", f"{rate:.0f}")
+
+    edits = Table(title="edits (a work item tries many)")
+    edits.add_column("edits", overflow="fold")
+    edits.add_column("count", justify="right")
+    edits.add_row("accepted injections (kept records)", str(s["accepted_edits"]["inject"]))
+    edits.add_row("accepted fuzzes (kept records)", str(s["accepted_edits"]["fuzz"]))
+    for stage, count in sorted(s["edit_rejections"].items()):
+        edits.add_row(f"refused at {stage}", str(count))
+    if s["idle_edits"]:
+        edits.add_row("  of which: the clause added did no work", str(s["idle_edits"]))
+    return Group(items, kept, edits)
 
 
 def run_qa(args: argparse.Namespace) -> int:
@@ -114,11 +157,15 @@ def run_qa(args: argparse.Namespace) -> int:
 
         stats = run(args.out, config, workers=args.workers, on_item=on_item,
                     on_start=lambda stats: on_item({}, stats),
-                    executor=args.executor, ray_address=args.ray_address)
+                    executor=args.executor, ray_address=args.ray_address,
+                    test_fraction=args.test_fraction)
     console.print(_table(stats, f"synth qa → {args.out}"))
     records = args.out / "qa.jsonl"
     if records.exists():
-        console.print(f"records: {records}   dataset: {args.out / 'dataset'}")
+        console.print(
+            f"records: {records}   dataset: {args.out / 'dataset'} (train and test splits, "
+            "no answer in both)"
+        )
     else:  # record files are made with their first record
         console.print(f"no record kept: each item's reason is in {args.out / 'rejected.jsonl'}")
     return 0

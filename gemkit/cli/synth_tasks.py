@@ -40,6 +40,13 @@ def add_tasks_parser(synth_subparsers: argparse._SubParsersAction) -> argparse.A
     p.add_argument("--max-level", type=positive, default=4, help="highest target level (default 4)")
     add_run_folder(p, what="run folder (tasks.jsonl, rejected.jsonl, db/, dataset/)")
     p.add_argument("--k", type=count, default=4, help="tries of the pass@k filter (0: no filter)")
+    p.add_argument(
+        "--random-k",
+        type=count,
+        default=16,
+        help="tries of the random but tool-using baseline per task, recorded (default 16; 0: "
+        "not run)",
+    )
     p.add_argument("--llm", default=None, metavar="URL", help="OpenAI-compatible endpoint")
     p.add_argument("--model", default=None, help="model name for --llm")
     p.add_argument(
@@ -89,6 +96,7 @@ def run_tasks(args: argparse.Namespace) -> int:
         model=args.model,
         max_tokens=args.max_tokens,
         timeout=args.timeout,
+        random_k=args.random_k,
     )
     rejected = 0
     counts = {"kept": 0}
@@ -128,17 +136,30 @@ def run_tasks(args: argparse.Namespace) -> int:
         summary = run_synthesis(config, progress)
 
     table = Table(title=f"{config.category}: {len(summary.records)} tasks in {config.out}")
-    for col in ("level", "kept", "mean valid answers", "valid fraction", f"pass@{config.k}"):
+    columns = ("level", "kept", "mean valid answers", "valid fraction", f"baseline pass@{config.k}")
+    for col in (*columns, "random baseline passes"):
         table.add_column(col, justify="right")
-    for row in summary.by_level():
+    rows = summary.by_level()
+    for row in rows:
         table.add_row(
             str(row["level"]),
             str(row["kept"]),
             f"{row['mean_valid']:.3g}",
             f"{row['mean_fraction']:.2e}",
             "-" if row["pass_rate"] is None else f"{row['pass_rate']:.2f}",
+            "-"
+            if row["random_rate"] is None
+            else f"{row['random_rate']:.1%} of {row['random_tries']}",
         )
     console.print(table)
+    curve = [
+        f"level {r['level']}: {r['random_rate']:.1%}" for r in rows if r["random_rate"] is not None
+    ]
+    if curve:
+        console.print(
+            "random but tool-using baseline (lists the items, picks at random), passes by "
+            "level: " + ", ".join(curve)
+        )
     console.print(
         f"new {summary.new}, resumed {summary.resumed}, rejected {summary.rejected}; "
         f"records: {config.out / 'tasks.jsonl'}; progress log: {config.out / 'progress.log'}"
@@ -159,6 +180,6 @@ def demo_tasks(out: Path, n: int = 4) -> int:
     args = _argparse.Namespace(
         category="trip_planning", n=n, min_level=1, max_level=4, out=out, k=2, llm=None,
         model=None, workers=1, seed=0, no_export=True, executor="process", ray_address=None,
-        max_tokens=MAX_TOKENS, timeout=None,
+        max_tokens=MAX_TOKENS, timeout=None, random_k=16,
     )  # fmt: skip
     return run_tasks(args)

@@ -42,11 +42,17 @@ class Record(Part):
     """A top-level record: a kind, a schema version, and strict fields.
 
     `schema_version` is written on every record; a record without one was written before
-    versions existed, in the shape of version 1.
+    versions existed, in the shape of version 1. `READS` lists older versions whose records
+    are a subset of this one's (fields added since, with defaults): they read as they are,
+    keeping their version. `ATTACHMENTS` names what a `datasets` export carries beside the
+    fields (a task's database file), so the export stands alone.
     """
 
     KIND: ClassVar[str] = "record"
     VERSION: ClassVar[int] = 1
+    READS: ClassVar[tuple[int, ...]] = ()
+    #: binary columns a `datasets` export carries beside the fields (`records.export`)
+    ATTACHMENTS: ClassVar[tuple[str, ...]] = ()
 
     schema_version: int = 1
 
@@ -58,15 +64,18 @@ class Record(Part):
         if not isinstance(data, dict):
             raise RecordError(f"{prefix}not {kind}: expected a JSON object")
         version = data.get("schema_version", 1)
-        if version != cls.VERSION:
+        if version != cls.VERSION and version not in cls.READS:
+            known = " and ".join(str(v) for v in sorted({*cls.READS, cls.VERSION}))
             raise RecordError(
                 f"{prefix}{kind} of schema version {version!r}; this gemkit reads version "
-                f"{cls.VERSION}: use the gemkit that wrote it, or write it again"
+                f"{known}: use the gemkit that wrote it, or write it again"
             )
         try:
-            return cls.model_validate(data)
+            record = cls.model_validate({**data, "schema_version": cls.VERSION})
         except ValidationError as e:
             raise RecordError(f"{prefix}not {kind}: {describe(e)}") from None
+        record.schema_version = version
+        return record
 
     def to_json(self) -> dict[str, Any]:
         """The record as a JSON-ready dict (the form written to a JSONL line)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, Union
 
@@ -70,10 +70,12 @@ def features_of(model: type[BaseModel]) -> dict[str, Any]:
 
 
 def features(model: type[Record]) -> Any:
-    """The `datasets.Features` of a record model."""
+    """The `datasets.Features` of a record model: its fields, then its attachments (binary
+    columns a dataset carries beside the record, such as a task's database)."""
     import datasets
 
-    return datasets.Features(features_of(model))
+    attached = {name: datasets.Value("binary") for name in model.ATTACHMENTS}
+    return datasets.Features({**features_of(model), **attached})
 
 
 def _json_fields(model: type[BaseModel]) -> dict[str, Any]:
@@ -128,8 +130,10 @@ def _loads(value: Any) -> Any:
 
 
 def decode_json_fields(model: type[BaseModel], row: Any) -> dict[str, Any]:
-    """A dataset row with the model's JSON-text fields decoded (the record's JSONL shape)."""
-    return _decode(dict(row), _json_fields(model))
+    """A dataset row with the model's JSON-text fields decoded and its attachments left out
+    (the record's JSONL shape)."""
+    attached = set(getattr(model, "ATTACHMENTS", ()))
+    return _decode({k: v for k, v in dict(row).items() if k not in attached}, _json_fields(model))
 
 
 def to_row(record: Record) -> dict[str, Any]:
@@ -146,16 +150,50 @@ def from_row(model: type[R], row: dict[str, Any], where: str = "") -> R:
     return model.parse(decode_json_fields(model, row), where)
 
 
-def save_dataset(records: Iterable[Record], model: type[Record], path: str | Path) -> Path:
-    """Save records as a `datasets` folder at `path`, with the model's features."""
+def as_dataset(
+    records: Iterable[Record],
+    model: type[Record],
+    attachments: Mapping[str, Sequence[bytes | None]] | None = None,
+) -> Any:
+    """The records as an in-memory `datasets.Dataset`, with the model's features; each of
+    the model's `ATTACHMENTS` columns holds `attachments[name]` (one value per record)."""
     import datasets
 
     rows = [to_row(r) for r in records]
     datasets.disable_progress_bars()  # the CLI shows its own progress; a library stays quiet
     schema = features(model)
-    # from_list([]) builds a table with no columns, which then disagrees with the features,
-    # and no records make no shard unless one is asked for (load_from_disk then fails)
-    columns = {name: [row[name] for row in rows] for name in schema}
-    dataset = datasets.Dataset.from_dict(columns, features=schema)
-    dataset.save_to_disk(str(path), num_shards=None if rows else 1)
+    attached = dict(attachments or {})
+    # from_list([]) builds a table with no columns, which then disagrees with the features
+    columns = {
+        name: list(attached.get(name) or [None] * len(rows))
+        if name in model.ATTACHMENTS
+        else [row[name] for row in rows]
+        for name in schema
+    }
+    return datasets.Dataset.from_dict(columns, features=schema)
+
+
+def save_dataset(
+    records: Iterable[Record],
+    model: type[Record],
+    path: str | Path,
+    attachments: Mapping[str, Sequence[bytes | None]] | None = None,
+) -> Path:
+    """Save records as a `datasets` folder at `path`, with the model's features (and its
+    attachment columns, `as_dataset`)."""
+    dataset = as_dataset(records, model, attachments)
+    # no records make no shard unless one is asked for (load_from_disk then fails)
+    dataset.save_to_disk(str(path), num_shards=None if dataset.num_rows else 1)
+    return Path(path)
+
+
+def save_splits(
+    splits: Mapping[str, Iterable[Record]], model: type[Record], path: str | Path
+) -> Path:
+    """Save named splits of records as one `datasets.DatasetDict` folder at `path`."""
+    import datasets
+
+    parts = {name: as_dataset(records, model) for name, records in splits.items()}
+    shards = {name: 1 for name, part in parts.items() if not part.num_rows}
+    datasets.DatasetDict(parts).save_to_disk(str(path), num_shards=shards or None)
     return Path(path)

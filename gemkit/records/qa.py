@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from gemkit.records.base import Json, Part, Record
 
@@ -60,6 +60,8 @@ class Quality(Part):
     one_question: bool | None = None
     chars: int | None = None
     words: int | None = None
+    #: what makes the text hard to read (`gemkit.synth.qa.readability`; None: not checked)
+    hard_to_read: list[str] | None = None
     text: TextCheck | None = None
     grounded: str | None = None
     ungrounded: list[str] = []
@@ -100,6 +102,10 @@ class Uniqueness(Part):
     passed: bool
     reason: str = ""
     candidates: int | None = None
+    #: clauses the question could lose and still fit its answer alone (None: not checked)
+    droppable: list[str] | None = None
+    #: blurred values that every entity of their type fits (None: not checked)
+    vacuous_blurs: list[str] | None = None
     checked: list[str] | None = None
     also_fit: list[str] | None = None
 
@@ -132,11 +138,12 @@ class QARecord(Record):
     """A kept question with its answer, evidence, edit history and verification."""
 
     KIND = "QA"
-    #: 2 added the shortcut stage and the question's construction; version 1 still reads
-    VERSION = 2
+    #: 2 added the shortcut stage and the question's construction; 3 the readability of the
+    #: text and the clauses that do no work; versions 1 and 2 still read
+    VERSION = 3
     READS: ClassVar[tuple[int, ...]] = (1, 2)
 
-    schema_version: int = 2
+    schema_version: int = 3
 
     id: str
     question: str
@@ -157,16 +164,6 @@ class QARecord(Record):
     k: int
     #: how the question is built ("which", "who", "lead_in", ...; "model" for a model's text)
     construction: str | None = None
-
-    @classmethod
-    def parse(cls, data: Any, where: str = "") -> QARecord:
-        """Validate one raw record; a version-1 record (no shortcut stage) is read as it is."""
-        if isinstance(data, dict) and data.get("schema_version", 1) in cls.READS:
-            version = data.get("schema_version", 1)
-            record = super().parse({**data, "schema_version": cls.VERSION}, where)
-            record.schema_version = version
-            return record
-        return super().parse(data, where)
 
     def golds(self) -> list[str]:
         """The answer followed by its aliases."""

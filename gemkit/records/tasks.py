@@ -9,7 +9,7 @@ category's own (shown, never imported: the env runs the registered category's ve
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from gemkit.records.base import Json, Part, Record
 
@@ -47,12 +47,15 @@ class PassAtK(Part):
 
 
 class TaskStats(Part):
-    """Exact counts of valid and well-formed answers (None when unknown), and pass@k."""
+    """Exact counts of valid and well-formed answers (None when unknown), pass@k of the
+    category's baseline, and the tries a random but tool-using agent passed."""
 
     n_valid_solutions: int | None = None
     n_answers: int | None = None
     valid_fraction: float | None = None
     pass_at_k: PassAtK | None = None
+    #: an agent that lists the items with the tools and picks at random (None: not run)
+    random_baseline: PassAtK | None = None
 
 
 class LevelStep(Part):
@@ -72,7 +75,14 @@ class TaskRecord(Record):
     """A synthesized task: its database, tools, prompt, rules, verifier and evidence."""
 
     KIND = "task"
-    VERSION = 1
+    #: 2 added the random baseline's passes (`stats.random_baseline`); version 1 still reads
+    VERSION = 2
+    READS: ClassVar[tuple[int, ...]] = (1,)
+
+    #: a `datasets` export carries each task's SQLite file, so the dataset stands alone
+    ATTACHMENTS: ClassVar[tuple[str, ...]] = ("database_sqlite",)
+
+    schema_version: int = 2
 
     id: str
     category: str

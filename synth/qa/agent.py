@@ -8,12 +8,19 @@ At the end the full three-stage verification decides whether the record is kept.
 from __future__ import annotations
 
 import copy
+import itertools
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from gemkit.synth.qa.edits import Candidate, fuzz_candidates, inject_candidates
+from gemkit.synth.qa.edits import (
+    Candidate,
+    fuzz_candidates,
+    fuzz_number,
+    fuzz_year,
+    inject_candidates,
+)
 from gemkit.synth.qa.logic import (
     FactIndex,
     Node,
@@ -30,12 +37,15 @@ from gemkit.synth.qa.logic import (
 from gemkit.synth.qa.realize import realize
 from gemkit.synth.qa.solver import ClosedBook, ToolSolver, grade
 from gemkit.synth.qa.verify import (
+    IDLE_CLAUSE,
     MAX_CHARS,
     check_form,
     check_quality,
     check_shortcut,
     check_text,
     check_uniqueness,
+    clause_text,
+    droppable_clauses,
 )
 from gemkit.synth.world.schema import LABEL, NUMBER, RELATIONS, YEAR, search_key
 from gemkit.synth.world.world import Fact, World
@@ -199,8 +209,13 @@ def make_seed(
             continue
         if len(where) > 4:
             continue
-        where, support = minimal_clauses(t, where, support, eid, index)
+        needed = minimal_clauses(t, where, support, eid, index)
+        if needed is None:
+            continue
+        where, support = needed
         lf = query_node(t, where)
+        if not blurrable(lf, eid, index):
+            continue
         e = world.entities[eid]
         style = int(rng.integers(2**31))
         q, construction = realize(lf, refs, style)
@@ -220,29 +235,59 @@ def make_seed(
     return None
 
 
+def blurrable(lf: Node, answer_id: str, index: FactIndex) -> bool:
+    """Whether some year or number of a seed can be blurred one step and the answer stay the
+    only one that fits. Every clause of a seed is needed, so a blur often lets a second
+    entity in; a seed where none can be blurred rarely reaches its fuzzes (the work of its
+    searches and injections would be spent for nothing)."""
+    for path, node, holder in walk(lf):
+        if holder is None or node["kind"] != "literal":
+            continue
+        obj = RELATIONS[holder["rel"]].obj
+        if obj == YEAR:
+            blurs = [fuzz_year(node)]
+        elif obj == NUMBER:
+            unit = RELATIONS[holder["rel"]].unit
+            blurs = [fuzz_number(node, unit, np.random.default_rng(0), mode) for mode in (3, 2)]
+        else:
+            continue
+        for new in blurs:
+            if new is not None and index.evaluate(replace(lf, path, new)) == {answer_id}:
+                return True
+    return False
+
+
 def minimal_clauses(
     type_: str,
     where: list[dict[str, Any]],
     support: list[dict[str, Any]],
     answer_id: str,
     index: FactIndex,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The seed's clauses with every one the answer does not need dropped (and its fact).
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+    """The largest set of the seed's clauses (with their facts) that fits the answer alone and
+    needs every clause it holds: drop any one and another entity fits. None if there is none
+    with a named entity and a year or number, so the seed can grow both ways.
 
-    A seed clause the others make redundant survives the edits as a top-level shortcut: once
-    its sibling is injected into a chain, the redundant clause alone still names the answer.
-    One named entity and one year or number are always kept, so the seed can grow both ways.
+    A clause the others make redundant does no work: it survives the edits as a detail a
+    policy learns to ignore (and once its sibling is injected into a chain, as a top-level
+    shortcut that names the answer alone). Every later edit only widens the form, so a seed
+    whose every clause is needed keeps them all needed.
     """
-    keep = list(range(len(where)))
-    for i in reversed(range(len(where))):
-        rest = [j for j in keep if j != i]
-        if not any(where[j]["value"]["kind"] == "entity" for j in rest):
-            continue
-        if not any(RELATIONS[where[j]["rel"]].obj in (YEAR, NUMBER) for j in rest):
-            continue
-        if index.evaluate(query_node(type_, [where[j] for j in rest])) == {answer_id}:
-            keep = rest
-    return [where[j] for j in keep], [support[j] for j in keep]
+    n = len(where)
+    for size in range(n, 1, -1):
+        for keep in itertools.combinations(range(n), size):
+            chosen = [where[j] for j in keep]
+            if not any(c["value"]["kind"] == "entity" for c in chosen):
+                continue
+            if not any(RELATIONS[c["rel"]].obj in (YEAR, NUMBER) for c in chosen):
+                continue
+            lf = query_node(type_, chosen)
+            if index.evaluate(lf) != {answer_id}:
+                continue
+            if droppable_clauses(lf, answer_id, index):
+                continue
+            return chosen, [support[j] for j in keep]
+    return None
 
 
 class RuleAgent:
@@ -354,6 +399,13 @@ class RuleAgent:
         if not uniq["passed"]:
             state.rejected.append({**entry, "stage": "uniqueness", "reason": uniq["reason"]})
             return False
+        # the clause the edit adds (or blurs) must do work: every other one still does
+        new = [(*cand.path, 0)] if cand.new["kind"] == "query" else [cand.path]
+        idle = droppable_clauses(new_lf, state.answer_id, self.index, new)
+        if idle:
+            reason = f"{IDLE_CLAUSE} {clause_text(new_lf, idle[0])}"
+            state.rejected.append({**entry, "stage": "uniqueness", "reason": reason})
+            return False
         state.lf = new_lf
         state.question = q
         state.construction = construction
@@ -454,7 +506,7 @@ async def verify_state(
     )
     diff = await difficulty(state, world, closed_book, solver, rng)
     index = FactIndex.of_world(world)
-    uniq = check_uniqueness(state.lf, state.answer_id, index)
+    uniq = check_uniqueness(state.lf, state.answer_id, index, clauses=True)
     hit = await one_search_answers(solver.search, state.question, state.aliases)
     short = check_shortcut(state.lf, index, diff["tool_calls"], one_search_hit=hit)
     return {"quality": quality, "difficulty": diff, "uniqueness": uniq, "shortcut": short}

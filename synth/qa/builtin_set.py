@@ -74,9 +74,12 @@ def synth(
     tools: bool = True,
     topk: int = 3,
     max_tool_uses: int = 20,
+    split: str | None = None,
+    test_fraction: float = 0.1,
     **set_options: Any,
 ) -> Any:
-    """`qa:Synth-v0`: a QA env over a synthesized set, with search/access over its corpus."""
+    """`qa:Synth-v0`: a QA env over a synthesized set (or one side of its answer-disjoint
+    split, `split="train"` / `"test"`), with search/access over its corpus."""
     from gemkit.envs.qa.synthesized import synthesized_env
 
     if path is None:
@@ -84,8 +87,9 @@ def synth(
     elif set_options:
         raise GemkitError(f"options {sorted(set_options)} only apply to the default set (no path=)")
     return synthesized_env(
-        path, corpus=corpus, reward=reward, tools=tools, topk=topk, max_tool_uses=max_tool_uses
-    )
+        path, corpus=corpus, reward=reward, tools=tools, topk=topk, max_tool_uses=max_tool_uses,
+        split=split, test_fraction=test_fraction,
+    )  # fmt: skip
 
 
 def register_synth() -> None:

@@ -98,16 +98,31 @@ def _round_up(v: int) -> int:
     return r
 
 
+def _round_two(v: int) -> tuple[int, int]:
+    """The nearest numbers of two significant digits below and above v (43,817 -> 43,000 and
+    44,000), strictly."""
+    mag = 10 ** max(0, len(str(max(v, 1))) - 2)
+    lo = v // mag * mag
+    if lo >= v:
+        lo -= mag
+    return lo, (v // mag + 1) * mag
+
+
 def fuzz_number(
     node: Node, unit: str, rng: np.random.Generator, mode: int | None = None
 ) -> Node | None:
     """Blur a number: 43,817 -> 'more than 40,000' / 'fewer than 50,000' / 'between 40,000 and
-    50,000' (`mode` 0, 1, 2; drawn from `rng` when None)."""
+    50,000' / 'between 43,000 and 44,000' (`mode` 0, 1, 2, 3; one of the first three drawn
+    from `rng` when None). Mode 3, the tightest, needs three digits or more."""
     few = "fewer" if unit else "less"
     if node["kind"] == "literal":
         v = int(node["value"])
         lo, hi = _round_down(v), _round_up(v)
         mode = int(rng.integers(3)) if mode is None else mode
+        if mode == 3:
+            if v < 100:
+                return None
+            lo, hi = _round_two(v)
         if mode == 0 and lo > 0:
             return range_node(lo + 1, None, f"more than {format_number(lo)}")
         if mode == 1:
@@ -156,9 +171,9 @@ def fuzz_candidates(lf: Node, world: World, rng: np.random.Generator,
             if new is not None:
                 out.append(Candidate("fuzz", path, new, description=f"blur the year to {new['text']!r}"))
         elif obj == NUMBER and node["kind"] in ("literal", "range"):
-            # an exact number can be blurred three ways; the tightest may keep the answer unique
-            # where the others do not
-            modes = [int(rng.integers(3)), 2] if node["kind"] == "literal" else [None]
+            # an exact number can be blurred several ways; the tighter ones may keep the
+            # answer unique where the others do not
+            modes = [int(rng.integers(3)), 2, 3] if node["kind"] == "literal" else [None]
             for mode in dict.fromkeys(modes):
                 new = fuzz_number(node, RELATIONS[holder["rel"]].unit, rng, mode)
                 if new is not None:

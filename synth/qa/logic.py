@@ -16,6 +16,7 @@ query is existential: some entity matching it stands in the relation.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections import defaultdict
@@ -102,6 +103,18 @@ def replace(root: Node, path: Path, new: Node) -> Node:
     return {**root, "where": where}
 
 
+def clause_paths(node: Node) -> list[Path]:
+    """The path of every constraint of the form, at any depth (`walk` order)."""
+    return [p for p, _, holder in walk(node) if holder is not None]
+
+
+def drop_clause(root: Node, path: Path) -> Node:
+    """`root` without the constraint at `path` (its value, and all below it, goes with it)."""
+    parent = get(root, path[:-1])
+    where = [c for i, c in enumerate(parent["where"]) if i != path[-1]]
+    return replace(root, path[:-1], {**parent, "where": where})
+
+
 def entity_ids(node: Node) -> set[str]:
     """Ids of every entity named anywhere in the form."""
     return {n["id"] for _, n, _ in walk(node) if n["kind"] == "entity"}
@@ -136,6 +149,13 @@ def truncate(node: Node, hops: int) -> Node:
 # -- evaluation ---------------------------------------------------------------------------------
 
 
+#: candidates a clause is checked on one at a time, rather than by evaluating it whole
+FEW = 64
+#: the order a query's clauses are evaluated in: lookups first, ranges (cached sets), then
+#: nested descriptions, which the candidates left are checked against one by one
+_ORDER = {"entity": 0, "literal": 1, "range": 2, "query": 3}
+
+
 class FactIndex:
     """Triples indexed for evaluation: by (relation, object) and by (subject, relation)."""
 
@@ -148,6 +168,9 @@ class FactIndex:
         self.objects: dict[tuple[str, str], set[Any]] = defaultdict(set)
         self.pairs: dict[str, list[tuple[str, Any]]] = defaultdict(list)
         self._linked_cache: dict[tuple[str, str, str], set[str]] = {}
+        self._fits: dict[tuple[str, int], tuple[Node, bool]] = {}
+        self._sorted: dict[str, tuple[list[Any], list[str]]] = {}
+        self._range_cache: dict[tuple[str, Any, Any], set[str]] = {}
         for s, r, o in triples:
             self.subjects[(r, o)].add(s)
             self.objects[(s, r)].add(o)
@@ -170,14 +193,70 @@ class FactIndex:
             return {node["id"]}
         if kind != "query":
             raise ValueError(f"cannot evaluate a {kind} node as a set of entities")
+        if len(self._fits) > 100_000:  # checks of earlier forms: bounded memory
+            self._fits.clear()
         found: set[str] | None = None
-        # Entity-valued constraints first: they are the most selective lookups.
-        for c in sorted(node["where"], key=lambda c: c["value"]["kind"] not in ("entity", "query")):
-            found = self._match(c) if found is None else found & self._match(c, found)
+        # Named entities and exact values first: they are direct lookups, and they usually
+        # leave few candidates, which the other clauses then check one by one (top-down)
+        # rather than by evaluating a whole nested description.
+        for c in sorted(node["where"], key=lambda c: _ORDER[c["value"]["kind"]]):
+            if found is not None and len(found) <= FEW and c["value"]["kind"] in ("query", "range"):
+                found = {e for e in found if self._holds(e, c)}
+            else:
+                found = self._match(c) if found is None else found & self._match(c, found)
             if not found:
                 return set()
         pool = self.by_type.get(node["type"], set())
         return set(pool) if found is None else found & pool
+
+    def fits(self, entity: str, node: Node) -> bool:
+        """Whether one entity satisfies a node (checked top-down, through its own facts)."""
+        if node["kind"] == "entity":
+            return entity == node["id"]
+        if self.types.get(entity) != node["type"]:
+            return False
+        key = (entity, id(node))
+        memo = self._fits
+        if key not in memo or memo[key][0] is not node:  # the node held: its id is its own
+            memo[key] = (node, all(self._holds(entity, c) for c in node["where"]))
+        return memo[key][1]
+
+    def _holds(self, entity: str, c: dict[str, Any]) -> bool:
+        """Whether one entity satisfies one constraint."""
+        rel, v = c["rel"], c["value"]
+        kind = v["kind"]
+        if c["dir"] == "in" and kind in ("entity", "query"):
+            subjects = self.subjects.get((rel, entity), ())
+            if kind == "entity":
+                return v["id"] in subjects
+            return any(self.fits(s, v) for s in subjects)
+        objects = self.objects.get((entity, rel), ())
+        if kind == "literal":
+            return v["value"] in objects
+        if kind == "range":
+            lo, hi = v["lo"], v["hi"]
+            return any((lo is None or o >= lo) and (hi is None or o <= hi) for o in objects)
+        if kind == "entity":
+            return v["id"] in objects
+        return any(self.fits(o, v) for o in objects)
+
+    def _in_range(self, rel: str, lo: Any, hi: Any) -> set[str]:
+        """Subjects whose `rel` value is in [lo, hi] (None: open), by bisecting the values
+        sorted once per relation; the last ranges asked are kept (an item asks the same
+        ones edit after edit)."""
+        key = (rel, lo, hi)
+        cache = self._range_cache
+        if key not in cache:
+            if rel not in self._sorted:
+                pairs = sorted((o, s) for s, o in self.pairs.get(rel, ()))
+                self._sorted[rel] = ([o for o, _ in pairs], [s for _, s in pairs])
+            values, subjects = self._sorted[rel]
+            start = 0 if lo is None else bisect.bisect_left(values, lo)
+            end = len(values) if hi is None else bisect.bisect_right(values, hi)
+            if len(cache) > 4096:
+                cache.clear()
+            cache[key] = set(subjects[start:end])
+        return cache[key]
 
     def _linked(self, rel: str, direction: str, type_: str) -> set[str]:
         """Entities with some `rel` link to an entity of `type_` (a truncated sub-question's
@@ -199,11 +278,10 @@ class FactIndex:
             return self.subjects.get((rel, v["value"]), set())
         if kind == "range":
             lo, hi = v["lo"], v["hi"]
-            if within is not None:
+            if within is not None and len(within) <= FEW:
                 return {s for s in within for o in self.objects.get((s, rel), ())
                         if (lo is None or o >= lo) and (hi is None or o <= hi)}
-            return {s for s, o in self.pairs.get(rel, ())
-                    if (lo is None or o >= lo) and (hi is None or o <= hi)}
+            return self._in_range(rel, lo, hi)
         if kind == "query" and not v["where"]:
             return self._linked(rel, c["dir"], v["type"])
         values = self.evaluate(v)

@@ -31,6 +31,7 @@ import numpy as np
 from gemkit.errors import GemkitError
 from gemkit.records.base import RecordError
 from gemkit.records.qa import QARecord
+from gemkit.records.splits import SPLITS, TEST_FRACTION, answer_split, first_of_each, normalized
 from gemkit.runstore import (
     MAX_FAILURES,
     RecordFile,
@@ -50,12 +51,16 @@ from gemkit.synth.qa.agent import (
 )
 from gemkit.synth.qa.logic import FactIndex
 from gemkit.synth.qa.solver import ClosedBook, ToolSolver
+from gemkit.synth.qa.verify import IDLE_CLAUSE
 from gemkit.synth.qa.verify import STAGES as VERIFY_STAGES
 from gemkit.synth.world import World, build_world
 
 logger = logging.getLogger(__name__)
 
-STAGES = ("seed", "edits", *VERIFY_STAGES)
+#: every stage a work item can end at, in order: each kept or rejected item is counted once
+STAGES = ("seed", "edits", *VERIFY_STAGES, "duplicate", "error")
+#: new records a run keeps before its table gives a rate per minute (fewer say little)
+MIN_RATE_RECORDS = 100
 
 
 @dataclass
@@ -96,11 +101,20 @@ class RunStats:
     items: int = 0
     rejected: Counter = field(default_factory=Counter)  # final stage -> items
     edit_rejections: Counter = field(default_factory=Counter)  # stage -> rejected edits
+    #: edits refused because the clause they added did no work (counted in edit_rejections)
+    idle_edits: int = 0
     n_inject: list[int] = field(default_factory=list)
     n_fuzz: list[int] = field(default_factory=list)
     tool_calls: list[int] = field(default_factory=list)
     closed_book_correct: int = 0
     closed_book_tries: int = 0
+    #: kept records whose every clause was checked for work (those with a logical form)
+    clauses_checked: int = 0
+    #: kept records with a clause the answer does not need, or a blur that excludes nothing
+    idle_clauses: int = 0
+    vacuous_blurs: int = 0
+    #: kept records whose text reads as hard (a clause inside another, a verb twice, ...)
+    hard_to_read: int = 0
     seconds: float = 0.0
     resumed: int = 0  # kept records found on disk when the run started
     resumed_items: int = 0  # work items (kept or rejected) found on disk
@@ -111,10 +125,12 @@ class RunStats:
         """Records kept by this run (not found on disk)."""
         return self.kept - self.resumed
 
-    def kept_per_minute(self) -> float | None:
-        """This run's rate: records it kept per minute of its own time (None: it made none,
-        as a resumed run that found its work done)."""
-        if self.seconds <= 0 or self.items == self.resumed_items:
+    def kept_per_minute(self, min_records: int | None = None) -> float | None:
+        """This run's rate: records it kept per minute of its own time (None: it kept fewer
+        than `min_records`, by default `MIN_RATE_RECORDS`, too few for a rate, as a resumed
+        run that found its work done)."""
+        least = MIN_RATE_RECORDS if min_records is None else min_records
+        if self.seconds <= 0 or self.new < max(1, least):
             return None
         return 60 * self.new / self.seconds
 
@@ -123,7 +139,9 @@ class RunStats:
         self.items += 1
         for e in outcome.get("rejected_edits", ()):
             self.edit_rejections[e["stage"]] += 1
-        diff = (outcome.get("verification") or {}).get("difficulty") or {}
+            self.idle_edits += str(e.get("reason", "")).startswith(IDLE_CLAUSE)
+        verification = outcome.get("verification") or {}
+        diff = verification.get("difficulty") or {}
         self.closed_book_correct += int(diff.get("closed_book_correct") or 0)
         self.closed_book_tries += int(diff.get("closed_book_tries") or 0)
         if outcome.get("rejected_stage"):
@@ -133,6 +151,12 @@ class RunStats:
         self.n_inject.append(outcome["n_inject"])
         self.n_fuzz.append(outcome["n_fuzz"])
         self.tool_calls.append(diff.get("tool_calls", 0))
+        unique = verification.get("uniqueness") or {}
+        if unique.get("droppable") is not None:
+            self.clauses_checked += 1
+            self.idle_clauses += bool(unique["droppable"])
+            self.vacuous_blurs += bool(unique.get("vacuous_blurs"))
+        self.hard_to_read += bool((verification.get("quality") or {}).get("hard_to_read"))
 
     def summary(self) -> dict[str, Any]:
         """Means and rates for tables and benchmarks."""
@@ -141,13 +165,20 @@ class RunStats:
         return {
             "kept": self.kept,
             "items": self.items,
-            "rejected": dict(self.rejected),
+            "rejected": {stage: self.rejected[stage] for stage in STAGES if self.rejected[stage]}
+            | {k: v for k, v in self.rejected.items() if k not in STAGES},
             "edit_rejections": dict(self.edit_rejections),
+            "idle_edits": self.idle_edits,
+            "accepted_edits": {"inject": sum(self.n_inject), "fuzz": sum(self.n_fuzz)},
             "mean_inject": round(mean(self.n_inject), 3),
             "mean_fuzz": round(mean(self.n_fuzz), 3),
             "mean_tool_calls": round(mean(self.tool_calls), 2),
             "closed_book_accuracy": round(self.closed_book_correct / self.closed_book_tries, 4)
             if self.closed_book_tries else 0.0,
+            "clauses_checked": self.clauses_checked,
+            "idle_clauses": self.idle_clauses,
+            "vacuous_blurs": self.vacuous_blurs,
+            "hard_to_read": self.hard_to_read,
         }
 
 
@@ -443,7 +474,7 @@ def run(out: str | os.PathLike[str], config: RunConfig, *, workers: int = 1,
         on_item: Callable[[dict[str, Any], RunStats], None] | None = None,
         export: bool = True, executor: str = "process", ray_address: str | None = None,
         on_start: Callable[[RunStats], None] | None = None,
-        max_failures: int = MAX_FAILURES) -> RunStats:
+        max_failures: int = MAX_FAILURES, test_fraction: float = TEST_FRACTION) -> RunStats:
     """Make records until `config.n` are kept; resume from what `out` already holds.
 
     A folder made with other settings, or in use by another run, is refused before anything
@@ -451,13 +482,15 @@ def run(out: str | os.PathLike[str], config: RunConfig, *, workers: int = 1,
     resume; `max_failures` of them in a row stop the run (`RunStopped`). `on_start(stats)` is
     called with the totals found on disk. `executor="ray"` spreads the work items over a Ray
     cluster (`ray_address`, or `RAY_ADDRESS`, or a local one); on several machines `out` must
-    be on a shared filesystem.
+    be on a shared filesystem. The `datasets` export is split by answer, `test_fraction` of
+    them in `test` (`export_dataset`).
     """
     check_config(config)
     out = Path(out)
     with open_store(out, config, max_failures) as store:
         try:
-            return _run(store, config, workers, on_item, export, executor, ray_address, on_start)
+            return _run(store, config, workers, on_item, export, executor, ray_address, on_start,
+                        test_fraction)
         except Exception as e:
             if is_storage_error(e):
                 raise storage_error(e, out) from None
@@ -466,7 +499,8 @@ def run(out: str | os.PathLike[str], config: RunConfig, *, workers: int = 1,
 
 def _run(store: RunStore, config: RunConfig, workers: int,
          on_item: Callable[[dict[str, Any], RunStats], None] | None, export: bool, executor: str,
-         ray_address: str | None, on_start: Callable[[RunStats], None] | None) -> RunStats:
+         ray_address: str | None, on_start: Callable[[RunStats], None] | None,
+         test_fraction: float = TEST_FRACTION) -> RunStats:
     import time
 
     start = time.perf_counter()
@@ -479,6 +513,7 @@ def _run(store: RunStore, config: RunConfig, workers: int,
     for rec in store.records(QA_FILE) + store.records(REJECTED_FILE):
         done.add(rec["k"])
         stats.add(rec)
+    asked = {normalized(r["question"]): r["id"] for r in store.records(QA_FILE)}
     stats.resumed, stats.resumed_items = stats.kept, stats.items
     if on_start is not None:
         on_start(stats)
@@ -500,14 +535,28 @@ def _run(store: RunStore, config: RunConfig, workers: int,
             stats.failed += 1
             store.fail(outcome, f"work item {outcome['k']}: {outcome['failed']}")
             continue
+        if not outcome.get("rejected_stage"):
+            outcome = _unless_asked(outcome, asked)
         store.append(REJECTED_FILE if outcome.get("rejected_stage") else QA_FILE, outcome)
         stats.add(outcome)
         if on_item is not None:
             on_item(outcome, stats)
     stats.seconds = time.perf_counter() - start
     if export:
-        export_dataset(store.folder, store)
+        export_dataset(store.folder, store, test_fraction)
     return stats
+
+
+def _unless_asked(outcome: dict[str, Any], asked: dict[str, str]) -> dict[str, Any]:
+    """A record, or its rejection when a kept record asks the same question (normalised):
+    two copies of one question would weigh it twice in training and sit on both sides of
+    a split."""
+    key = normalized(outcome["question"])
+    if key in asked:
+        return {**outcome, "rejected_stage": "duplicate",
+                "reason": f"the same question as record {asked[key]}"}
+    asked[key] = outcome["id"]
+    return outcome
 
 
 def _outcomes(todo: Iterator[int], world: World | None, corpus: Path, config: RunConfig, index_dir: Path,
@@ -577,20 +626,30 @@ def _parse_records(out: str | os.PathLike[str]) -> list[QARecord]:
     return out_records
 
 
-def export_dataset(out: str | os.PathLike[str], store: RunStore | None = None) -> Path:
-    """Save qa.jsonl as a Hugging Face `datasets` folder at `out/dataset`.
+def export_dataset(
+    out: str | os.PathLike[str],
+    store: RunStore | None = None,
+    test_fraction: float = TEST_FRACTION,
+) -> Path:
+    """Save qa.jsonl as a Hugging Face `datasets` folder at `out/dataset`: a `DatasetDict` of
+    `train` and `test`, split by answer (no answer on both sides, `test_fraction` of them in
+    `test`) with one record per normalised question (`gemkit.records.splits`).
 
     The columns are `QARecord`'s fields, nested as in qa.jsonl (supporting facts, edits,
     rejected edits, verification stages as structs and lists); only the logical form, a
     recursive tree, is JSON text. Within a run (`store`), the folder is written aside and
     renamed over the old one: a failed export leaves no partial folder.
     """
-    from gemkit.records.export import save_dataset
+    from gemkit.records.export import save_splits
 
     out = Path(out)
-    records = _parse_records(out)
+    records = first_of_each(_parse_records(out), key=lambda r: r.question)
+    sides = {
+        name: [r for r in records if answer_split(r.answer, test_fraction) == name]
+        for name in SPLITS
+    }
     if store is None:
-        return save_dataset(records, QARecord, out / "dataset")
+        return save_splits(sides, QARecord, out / "dataset")
     with store.replacing("dataset") as tmp:
-        save_dataset(records, QARecord, tmp)
+        save_splits(sides, QARecord, tmp)
     return out / "dataset"

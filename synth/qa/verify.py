@@ -5,7 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from gemkit.synth.qa.logic import FactIndex, Node, depth, entity_ids, mentions, truncate
+from gemkit.synth.qa.logic import (
+    FactIndex,
+    Node,
+    Path,
+    clause_paths,
+    depth,
+    drop_clause,
+    entity_ids,
+    get,
+    mentions,
+    query_node,
+    truncate,
+    walk,
+)
+from gemkit.synth.qa.readability import readability_problems
 from gemkit.synth.qa.wording import (
     asked_type,
     form_leaves,
@@ -22,27 +36,36 @@ MAX_CHARS = 600
 #: entities the strongest sub-question of fewer hops must leave: with two or three left, a
 #: policy that skips the last hop still scores a third to a half of the time by guessing
 MIN_SUB_CANDIDATES = 4
+#: how the reason of a clause that does no work begins (an edit's or a record's)
+IDLE_CLAUSE = "the answer stays unique without the clause"
 #: the stages a record must pass, in the order they are reported
 STAGES = ("quality", "difficulty", "uniqueness", "shortcut")
 
 
 def check_form(question: str, aliases: Iterable[str], max_chars: int = MAX_CHARS) -> dict[str, Any]:
-    """The cheap part of quality: one question, bounded length, the answer not given away."""
+    """The cheap part of quality: one question, bounded length, the answer not given away,
+    easy to read (no clause inside another, no verb twice in a clause, at most
+    `readability.MAX_CLAUSES` relative clauses a sentence)."""
     q = question.strip()
     leaked = [a for a in aliases if a and mentions(q, a)]
     one = q.count("?") == 1 and q.endswith("?") and "\n" not in q and len(q.split()) >= 4
-    ok = one and not leaked and len(q) <= max_chars
-    reason = (
-        ("answer leaked: " + leaked[0])
-        if leaked
-        else ("not a single question" if not one else ("too long" if len(q) > max_chars else ""))
-    )
+    hard = readability_problems(q)
+    ok = one and not leaked and len(q) <= max_chars and not hard
+    if leaked:
+        reason = "answer leaked: " + leaked[0]
+    elif not one:
+        reason = "not a single question"
+    elif len(q) > max_chars:
+        reason = "too long"
+    else:
+        reason = f"hard to read: {hard[0]}" if hard else ""
     return {
         "passed": ok,
         "answer_leaked": bool(leaked),
         "one_question": one,
         "chars": len(q),
         "words": len(q.split()),
+        "hard_to_read": hard,
         "reason": reason,
     }
 
@@ -145,12 +168,72 @@ def check_quality(
     return out
 
 
-def check_uniqueness(lf: Node, answer_id: str, index: FactIndex) -> dict[str, Any]:
-    """Stage 3: evaluate the form over every fact; exactly one entity, the answer, must fit."""
+def check_uniqueness(
+    lf: Node, answer_id: str, index: FactIndex, clauses: bool = False
+) -> dict[str, Any]:
+    """Stage 3: evaluate the form over every fact; exactly one entity, the answer, must fit.
+
+    With `clauses`, every clause must also do work (`droppable_clauses`, `vacuous_blurs`): a
+    question that stays unique without one of its details teaches a policy to ignore it.
+    """
     found = index.evaluate(lf)
     ok = found == {answer_id}
     reason = "" if ok else (f"{len(found)} entities fit" if found else "no entity fits")
-    return {"passed": ok, "candidates": len(found), "reason": reason}
+    out: dict[str, Any] = {"passed": ok, "candidates": len(found), "reason": reason}
+    if clauses and ok:
+        droppable = [clause_text(lf, p) for p in droppable_clauses(lf, answer_id, index)]
+        vacuous = [clause_text(lf, p) for p in vacuous_blurs(lf, index)]
+        out["droppable"] = droppable
+        out["vacuous_blurs"] = vacuous
+        if droppable:
+            out["passed"] = False
+            out["reason"] = f"{IDLE_CLAUSE} {droppable[0]}"
+        elif vacuous:
+            out["passed"] = False
+            out["reason"] = f"the blurred value {vacuous[0]} excludes no entity"
+    return out
+
+
+def droppable_clauses(
+    lf: Node, answer_id: str, index: FactIndex, paths: Iterable[Path] | None = None
+) -> list[Path]:
+    """The clauses (all, or those at `paths`) the form can lose and still fit the answer alone.
+
+    Every edit only widens a form (a range holds the value it blurs, a description the entity
+    it replaces), so a clause that does work keeps doing it: the agent checks each new clause
+    once, and the final stage checks them all.
+    """
+    todo = clause_paths(lf) if paths is None else list(paths)
+    return [p for p in todo if index.evaluate(drop_clause(lf, p)) == {answer_id}]
+
+
+def vacuous_blurs(lf: Node, index: FactIndex) -> list[Path]:
+    """The blurred values (ranges) that every entity of their subject's type with that
+    relation fits: "more than 30 minutes" when every film runs 72 to 210 minutes."""
+    out = []
+    for path, node, holder in walk(lf):
+        if holder is None or node["kind"] != "range":
+            continue
+        subject = get(lf, path[:-1])["type"]
+        having = {s for s, _ in index.pairs.get(holder["rel"], ()) if index.types.get(s) == subject}
+        if having <= index.evaluate(query_node(subject, [holder])):
+            out.append(path)
+    return out
+
+
+def clause_text(lf: Node, path: Path) -> str:
+    """A clause in a few words, for reasons and figures: `founded: the 1930s`."""
+    holder = get(lf, path[:-1])["where"][path[-1]]
+    value = holder["value"]
+    if value["kind"] == "entity":
+        said = value["name"]
+    elif value["kind"] == "range":
+        said = value["text"]
+    elif value["kind"] == "literal":
+        said = str(value["value"])
+    else:
+        said = f"a {value['type']} described by {len(value['where'])} clause(s)"
+    return f"{holder['rel']}: {said}"
 
 
 def shortcut_candidates(lf: Node, index: FactIndex) -> tuple[int, int]:

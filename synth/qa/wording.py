@@ -46,6 +46,7 @@ _WHO = re.compile(r"^(?:who|whom|whose)\b")
 #: "what is the name of the company ..." asks what "which company ..." asks
 _NAME_OF = re.compile(r"^(which|what) (?:is|was) the name of (?:the|a|an) ")
 _WHERE = re.compile(r"^where\b")
+_FRONTED = re.compile(r"^(?:[^,]|,(?! ))*?, (?=(?:which|what|who)\b)")  # "2,000" is no comma
 _WHICH = re.compile(r"^(?:(?:in|at|of|for|by|from|to|on|with|into|under) )?(?:which|what)\b")
 
 
@@ -76,6 +77,10 @@ def asked_type(question: str) -> str | None:
     q = " ".join(question.lower().replace("?", " ").split())
     # the asking sentence is the last one: a lead-in sentence before it states a fact
     q = q.rsplit(". ", 1)[-1]
+    if not (_VALUE_OPENINGS.match(q) or _WHO.match(q) or _WHERE.match(q) or _WHICH.match(q)):
+        # a fronted phrase before the asking word: "founded in 1934, which company ..."
+        fronted = _FRONTED.match(q)
+        q = q[fronted.end() :] if fronted else q
     q = _NAME_OF.sub(r"\1 ", q)
     if _VALUE_OPENINGS.match(q):
         return "value"

@@ -10,6 +10,7 @@ verifier and its solution counter read the database directly (they are the trust
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -147,6 +148,47 @@ def check_task(category: TaskGenerator, db: Database, task: Task) -> tuple[Any, 
     return answer, category.verify(db, task, answer)
 
 
+#: the most a random well-formed answer may pass a level-1 task: a policy that lists the
+#: items with the tools and picks at random must fail almost always, or level 1 rewards luck
+MAX_FIRST_FRACTION = 0.05
+#: hardening steps a level-1 proposal may take to get there
+MAX_FIRST_STEPS = 8
+#: rounds of hardening candidates drawn for a level before the task stays where it is
+HARDEN_ROUNDS = 3
+#: each level leaves at most this share (3/5) of the valid fraction of the level below, so a
+#: random answer passes a level clearly less often than the one before it
+HARDER = (3, 5)
+
+
+def first_task(
+    category: TaskGenerator, db: Database, proposal: Task, rng: np.random.Generator
+) -> tuple[Task, int, int] | None:
+    """The proposal tightened, still at level 1, until at most `MAX_FIRST_FRACTION` of its
+    well-formed answers are valid: `(task, valid answers, well-formed answers)`, or None.
+
+    Each step is a hardening candidate (the rules of the level above) that leaves some valid
+    answer; the steps are kept in the level's `added`.
+    """
+    task = proposal
+    n_valid = category.count_solutions(db, task)
+    n_space = category.count_space(db, task)
+    for _ in range(MAX_FIRST_STEPS):
+        if 0 < n_valid <= MAX_FIRST_FRACTION * n_space:
+            return task, n_valid, n_space
+        for candidate in category.harden(db, task, rng):
+            n = category.count_solutions(db, candidate)
+            space = category.count_space(db, candidate)
+            if 0 < n and n * n_space < n_valid * space:  # a smaller valid fraction
+                task = dataclasses.replace(
+                    candidate, level=1, added=[*task.added, *candidate.added]
+                )
+                n_valid, n_space = n, space
+                break
+        else:
+            return None
+    return (task, n_valid, n_space) if 0 < n_valid <= MAX_FIRST_FRACTION * n_space else None
+
+
 def synthesize(
     category: TaskGenerator,
     db_path: Path,
@@ -157,12 +199,14 @@ def synthesize(
 ) -> Synthesized | None:
     """Build a database, propose a task and harden it up to `target_level`.
 
-    A hardened candidate is kept only when the reference solution still finds an answer,
-    the answer verifies, and the fraction of well-formed answers that are valid falls (with
-    the answer space unchanged, that is the number of valid answers falling; a step that adds
-    a day grows the space, so its count may rise while the fraction falls). A level-1
-    proposal is kept only when some well-formed answer fails it. Returns None when no
-    level-1 task could be solved on this database.
+    A level-1 task is a proposal tightened until a random well-formed answer passes it at
+    most `MAX_FIRST_FRACTION` of the time (`first_task`), and its reference solution
+    verifies. A hardened candidate is kept only when the reference solution still finds an
+    answer, the answer verifies, and the fraction of well-formed answers that are valid
+    falls to at most `HARDER` of the level below's (with the answer space unchanged, that is
+    the number of valid answers falling; a step that adds a day grows the space, so its
+    count may rise while the fraction falls).
+    Returns None when no level-1 task could be made and solved on this database.
     """
     if target_level < 1:
         raise TaskSynthesisError(f"level must be >= 1, got {target_level}")
@@ -172,25 +216,25 @@ def synthesize(
         task = answer = None
         n_valid = n_space = 0
         for _ in range(proposals):
-            candidate = category.propose(db, rng)
-            got, verdict = check_task(category, db, candidate)
-            if verdict is None or not verdict.passed:
+            first = first_task(category, db, category.propose(db, rng), rng)
+            if first is None:
                 continue
-            n_valid = category.count_solutions(db, candidate)
-            n_space = category.count_space(db, candidate)
-            # a task every well-formed answer passes needs no tool to solve: it teaches nothing
-            if n_valid < n_space:
+            candidate, n_valid, n_space = first
+            got, verdict = check_task(category, db, candidate)
+            if verdict is not None and verdict.passed:
                 task, answer = candidate, got
                 break
         if task is None:
             return None
         history = [level_entry(task, n_valid, n_space, [])]
         while task.level < target_level:
-            for candidate in category.harden(db, task, rng):
+            # a few rounds: the candidates' limits are drawn, a later draw may cut deeper
+            rounds = (c for _ in range(HARDEN_ROUNDS) for c in category.harden(db, task, rng))
+            for candidate in rounds:
                 space = category.count_space(db, candidate)
                 n = category.count_solutions(db, candidate)
-                # n / space < n_valid / n_space, without floats
-                if n == 0 or n * n_space >= n_valid * space:
+                # n / space <= HARDER * n_valid / n_space, without floats
+                if n == 0 or n * n_space * HARDER[1] > n_valid * space * HARDER[0]:
                     continue
                 got, verdict = check_task(category, db, candidate)
                 if verdict is None or not verdict.passed:

@@ -25,7 +25,7 @@ import concurrent.futures
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,6 +81,8 @@ class RunConfig:
     max_repairs: int = 3
     max_tokens: int = 1536  # the longest program reply asked of the model
     timeout: float | None = None  # seconds the model server has per request (LLMClient's)
+    #: tries of the random but tool-using baseline per task (0: not run)
+    random_k: int = 16
 
     def __post_init__(self) -> None:
         self.out = Path(self.out)
@@ -93,6 +95,10 @@ class RunConfig:
             )
         if self.k < 0:
             raise TaskSynthesisError(f"--k must be >= 0 (0 skips the pass@k filter), got {self.k}")
+        if self.random_k < 0:
+            raise TaskSynthesisError(
+                f"--random-k must be >= 0 (0 skips the random baseline), got {self.random_k}"
+            )
         if self.workers < 1:
             raise TaskSynthesisError(f"--workers must be >= 1, got {self.workers}")
         if self.executor not in ("process", "ray"):
@@ -251,6 +257,7 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
             db_path.unlink(missing_ok=True)
             return Outcome(index, tid, reason="no solvable task on this database")
         record = make_record(category, syn, tid, rel, [config.seed, index])
+    record.stats.random_baseline = random_baseline(record, config, index)
     if config.k > 0:
         factory = None
         if config.llm:
@@ -267,6 +274,26 @@ def synthesize_one(config: RunConfig, index: int) -> Outcome:
             db_path.unlink(missing_ok=True)
             return Outcome(index, tid, reason=f"0 passes in {config.k} tries")
     return Outcome(index, tid, record=record)
+
+
+def random_baseline(record: TaskRecord, config: RunConfig, index: int) -> PassAtK | None:
+    """How many of `config.random_k` tries an agent that lists items with the tools and picks
+    at random passes (None: not run, or a model-written task, whose tools it cannot read)."""
+    from gemkit.envs.toolworld.baselines import random_baseline_for
+
+    seed = config.seed * 1_000_003 + index * 101 + 7
+    if config.random_k == 0 or record.verifier.kind != "builtin":
+        return None
+    if random_baseline_for(record.category, seed) is None:
+        return None
+    passes = pass_at_k(
+        record,
+        config.out,
+        config.random_k,
+        seed=seed,
+        policy_factory=lambda i: random_baseline_for(record.category, seed + i),
+    )
+    return PassAtK(k=config.random_k, passes=passes)
 
 
 def _llm_policy_factory(config: RunConfig) -> Callable[[int], Any]:
@@ -316,6 +343,7 @@ def settings_of(config: RunConfig) -> dict[str, Any]:
         "model": config.model if config.llm else None,
         "max_repairs": config.max_repairs if config.llm else None,
         "max_tokens": config.max_tokens if config.llm else None,
+        "random_k": config.random_k,
     }
 
 
@@ -346,25 +374,33 @@ class RunSummary:
     resumed: int
 
     def by_level(self) -> list[dict[str, Any]]:
-        """Per level: kept, mean valid answers, mean valid fraction, pass@k rate."""
+        """Per level: kept, mean valid answers, mean valid fraction, the pass@k rate of the
+        category's baseline, and the pass rate of the random but tool-using baseline (its
+        tries passed over its tries: the curve that must fall, from at most 10% at level 1)."""
         rows = []
         for level in sorted({r["level"] for r in self.records}):
             rs = [r for r in self.records if r["level"] == level]
-            passes = [r["stats"]["pass_at_k"] for r in rs if r["stats"].get("pass_at_k")]
             rows.append(
                 {
                     "level": level,
                     "kept": len(rs),
                     "mean_valid": float(np.mean([r["stats"]["n_valid_solutions"] for r in rs])),
                     "mean_fraction": float(np.mean([r["stats"]["valid_fraction"] for r in rs])),
-                    "pass_rate": (
-                        sum(p["passes"] for p in passes) / sum(p["k"] for p in passes)
-                        if passes
-                        else None
+                    "pass_rate": _rate(r["stats"].get("pass_at_k") for r in rs),
+                    "random_rate": _rate(r["stats"].get("random_baseline") for r in rs),
+                    "random_tries": sum(
+                        (r["stats"].get("random_baseline") or {}).get("k", 0) for r in rs
                     ),
                 }
             )
         return rows
+
+
+def _rate(tries: Iterable[dict[str, int] | None]) -> float | None:
+    """Passes over tries of the recorded `PassAtK`s (None: none recorded)."""
+    runs = [t for t in tries if t]
+    total = sum(t["k"] for t in runs)
+    return sum(t["passes"] for t in runs) / total if total else None
 
 
 def run_synthesis(
@@ -485,14 +521,20 @@ def _run_parallel(
 
 
 def export_datasets(
-    out: Path, records: list[dict[str, Any]], store: RunStore | None = None
+    out: Path,
+    records: list[dict[str, Any]],
+    store: RunStore | None = None,
+    root: Path | None = None,
 ) -> Path | None:
-    """Save the records as a Hugging Face `datasets` folder at `out/datasets`.
+    """Save the records as a Hugging Face `datasets` folder at `out/dataset`.
 
     The columns are `TaskRecord`'s fields, nested as in `tasks.jsonl`; only its free-form
-    JSON fields (tool parameter schemas, the spec, the reference answer) are JSON text.
-    Within a run (`store`), the folder is written aside and renamed over the old one, so a
-    failed export leaves the last one whole and no partial folder behind.
+    JSON fields (tool parameter schemas, the spec, the reference answer) are JSON text. Each
+    row also carries its task's SQLite file (`database_sqlite`, read from `root`, by default
+    `out`), so the folder alone, a copy of it or its `push_to_hub` upload, plays anywhere
+    (`gemkit.make("toolworld:...", path=folder)`, or `records=` a loaded dataset). Within a
+    run (`store`), the folder is written aside and renamed over the old one, so a failed
+    export leaves the last one whole and no partial folder behind.
     """
     try:
         import datasets  # noqa: F401
@@ -502,8 +544,21 @@ def export_datasets(
     from gemkit.records.export import save_dataset
 
     typed = [TaskRecord.parse(r) for r in records]
+    where = Path(root) if root is not None else Path(out)
+    files = {"database_sqlite": [_database_file(where, r) for r in typed]}
     if store is None:
-        return save_dataset(typed, TaskRecord, out / "dataset")
+        return save_dataset(typed, TaskRecord, Path(out) / "dataset", files)
     with store.replacing("dataset") as tmp:
-        save_dataset(typed, TaskRecord, tmp)
-    return out / "dataset"
+        save_dataset(typed, TaskRecord, tmp, files)
+    return Path(out) / "dataset"
+
+
+def _database_file(root: Path, record: TaskRecord) -> bytes:
+    path = root / record.database
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise TaskSynthesisError(
+            f"cannot export task {record.id}: its database {path} cannot be read "
+            f"({e.strerror or e}); export from the folder that holds its db/"
+        ) from None

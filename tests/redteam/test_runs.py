@@ -317,7 +317,12 @@ def test_a_concurrency_of_zero_is_a_usage_error(tmp_path, capsys, argv):
     assert not (tmp_path / "x").exists()
 
 
-def test_a_resumed_synth_qa_run_reports_its_own_rate_not_the_records_it_found(tmp_path, capsys):
+def test_a_resumed_synth_qa_run_reports_its_own_rate_not_the_records_it_found(
+    tmp_path, capsys, monkeypatch
+):
+    import gemkit.synth.qa.run as qa_run
+
+    monkeypatch.setattr(qa_run, "MIN_RATE_RECORDS", 1)  # a rate from 2 records, for the test
     assert cli([*QA, "-n", "2", "--out", str(tmp_path)]) == 0
     assert "kept per minute" in capsys.readouterr().out
     assert cli([*QA, "-n", "2", "--out", str(tmp_path), "--resume"]) == 0

@@ -144,9 +144,10 @@ def test_synth_qa_llm_against_recorded_replies_keeps_no_drifted_record(tmp_path,
         replay = srv.replay
     assert code == 0
     # the recording was made before the seeds lost their redundant clauses and the realizer
-    # varied their wording (issue #18), so few requests now match a recorded one exactly
-    # (6 of 82, 20+ before); each is still answered by a real reply of the same kind
-    assert coverage["exact"] >= 1 and coverage["recordings_used"] >= 40, coverage
+    # varied their wording (issue #18), and before every seed clause had to do work (#28),
+    # so no request now matches a recorded one exactly (6 of 82 after #18, 20+ before); each
+    # is still answered by a real reply of the same kind
+    assert coverage["nearest"] >= 40 and coverage["recordings_used"] >= 40, coverage
     drifted = "In which city did Pouharn Propim work for Doukirnvel Works and was born in 1928?"
     served = {s.exchange for s in replay.served}
     drift_replies = {i for i, e in enumerate(replay.exchanges) if "Pouharn" in str(e.reply.content)}

@@ -114,7 +114,9 @@ def test_synth_qa_killed_three_times_then_resumed_is_byte_equal_to_one_run(tmp_p
 
 
 def test_synth_tasks_killed_three_times_then_resumed_is_byte_equal_to_one_run(tmp_path):
-    args = ["synth", "tasks", "-n", "4", "--min-level", "1", "--max-level", "3", "--k", "1",
+    # no pass@k filter: 4 tasks kept of the 12 ids (a level 1 that random plans rarely pass is
+    # one the greedy baseline often fails once too)
+    args = ["synth", "tasks", "-n", "4", "--min-level", "1", "--max-level", "3", "--k", "0",
             "--seed", "9", "--no-export"]  # fmt: skip
     assert cli([*args, "--out", str(tmp_path / "whole")]) == 0
     cmd = [*GEMKIT, *args, "--out", str(tmp_path / "killed"), "--resume"]

@@ -15,7 +15,13 @@ import pytest
 
 from gemkit.cli import main
 from gemkit.errors import GemkitError
-from gemkit.synth.difficulty_filter import FilterConfig, FilterError, drop_kind, run_filter
+from gemkit.synth.difficulty_filter import (
+    SYSTEM,
+    FilterConfig,
+    FilterError,
+    drop_kind,
+    run_filter,
+)
 from gemkit.synth.qa.run import RunConfig, run
 from gemkit.testing import Reply, ScriptedOpenAIServer
 
@@ -49,16 +55,16 @@ def scripted(folder: Path):
         first = next(m["content"] for m in messages if m["role"] == "user")
         item, answer = next(v for q, v in by_question.items() if q in first)
         right, turns, closed_book_right = PLAN[item]
-        if not body.get("tools"):
+        if messages[0]["content"] == SYSTEM["closed_book"]:
             return f"\\boxed{{{answer if closed_book_right else 'Nobody'}}}"
-        history = " ".join(str(m.get("content") or "") for m in messages)
+        history = json.dumps(messages)  # the queries ride in the calls' arguments
         seen = re.findall(r"attempt (\d+)", history)
         if not seen:  # a new attempt: number it, and carry the number in its queries
             n = started.get((item, True), 0)
             started[(item, True)] = n + 1
         else:
             n = int(seen[0])
-        calls = sum(m["role"] == "tool" for m in messages) or history.count("[tool result")
+        calls = sum(m["role"] == "tool" for m in messages)
         if calls < turns:
             query = f"attempt {n} step {calls}"
             return Reply(tool_calls=[{"name": "search", "arguments": {"query": query}}])
@@ -134,11 +140,9 @@ def test_a_task_folder_is_filtered_through_the_toolworld_env(tmp_path):
     records = [json.loads(x) for x in (tasks / "tasks.jsonl").read_text().splitlines()]
 
     def reply(body: dict):
-        if not body.get("tools"):
+        if body["messages"][0]["content"] == SYSTEM["closed_book"]:
             return "[]"  # no plan without the database
-        if not any(m["role"] == "tool" for m in body["messages"]) and "[tool result" not in str(
-            body["messages"]
-        ):
+        if not any(m["role"] == "tool" for m in body["messages"]):
             return Reply(tool_calls=[{"name": "get_all_cities", "arguments": {}}])
         prompt = body["messages"][1]["content"]
         record = next(r for r in records if r["task"]["prompt"] in prompt)
@@ -184,3 +188,87 @@ def test_a_count_of_zero_is_a_usage_error(tmp_path, capsys, flag):
         main(argv)
     assert e.value.code == 2 and "expected a number >= 1" in capsys.readouterr().err
     assert not (tmp_path / "f").exists()
+
+
+# -- the episode shape: the one `gemkit eval` plays -------------------------------------------
+
+
+def _search_then_answer(body: dict):
+    """One search, then a wrong answer: enough to see how the tool result comes back."""
+    if any(m["role"] == "tool" for m in body["messages"]) or "[tool result" in json.dumps(body):
+        return "\\boxed{Nobody}"
+    return Reply(tool_calls=[{"name": "search", "arguments": {"query": "anything"}}])
+
+
+def _bodies(fmt: str, qa_folder: Path, tmp_path: Path) -> list[dict]:
+    with ScriptedOpenAIServer(_search_then_answer) as srv:
+        run_filter(
+            FilterConfig(str(qa_folder), str(tmp_path / fmt), srv.base_url, "m", k=1, limit=1,
+                         tool_format=fmt, concurrency=1)
+        )  # fmt: skip
+        return [r.body for r in srv.chat_requests]
+
+
+def _tool_mode(bodies: list[dict]) -> list[dict]:
+    return [b for b in bodies if b["messages"][0]["content"] == SYSTEM["tools"]]
+
+
+def test_the_filter_sends_the_tools_once_and_returns_results_as_tool_messages(qa_folder, tmp_path):
+    text = _tool_mode(_bodies("text", qa_folder, tmp_path))
+    first, after = text[0], text[1]
+    # text mode: the tools are in the prompt, and not also in the request's tools= list
+    assert "tools" not in first and "search" in first["messages"][1]["content"]
+    assert [m["role"] for m in after["messages"]] == ["system", "user", "assistant", "tool"]
+    call = after["messages"][2]["tool_calls"][0]
+    assert (
+        after["messages"][3]["tool_call_id"] == call["id"] and call["function"]["name"] == "search"
+    )
+    native = _tool_mode(_bodies("native", qa_folder, tmp_path))
+    # native mode: the tools= list, and no schema text in the prompt
+    assert [t["function"]["name"] for t in native[0]["tools"]] == ["search", "access"]
+    assert native[0]["messages"][1]["content"] != first["messages"][1]["content"]
+    assert '"name": "search"' not in native[0]["messages"][1]["content"]
+    assert [m["role"] for m in native[1]["messages"]] == ["system", "user", "assistant", "tool"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "native"])
+def test_the_filter_and_eval_build_the_same_requests(qa_folder, fmt):
+    """One code path: the env and policy eval's own wiring builds send what the filter's do."""
+    import argparse
+    import asyncio
+
+    from gemkit.cli.eval import _wrappers
+    from gemkit.llm import LLMClient
+    from gemkit.llm.episode_shape import chat_policy, wrapped
+    from gemkit.rollout import run_episode
+    from gemkit.synth.difficulty_filter import Pinned, make_env, open_dataset
+
+    data = open_dataset(qa_folder)
+    args = argparse.Namespace(tool_format=fmt, system_prompt=SYSTEM["tools"], context="none",
+                              max_context=32_000, max_summary_tokens=1024)  # fmt: skip
+
+    async def play(env, srv) -> list[dict]:
+        async with LLMClient(base_url=srv.base_url, model="m", max_retries=0) as client:
+            await run_episode(Pinned(env, 0), chat_policy(client, fmt), env_id="qa", seed=3)
+        return [r.body for r in srv.chat_requests]
+
+    with ScriptedOpenAIServer(_search_then_answer) as srv:
+        through_filter = asyncio.run(play(make_env(data, "tools", fmt), srv))
+    with ScriptedOpenAIServer(_search_then_answer) as srv:
+        eval_env = wrapped(data.make_env(True), _wrappers(args, None))
+        through_eval = asyncio.run(play(eval_env, srv))
+    assert len(through_filter) == 2 and through_filter == through_eval
+
+
+def test_a_model_that_solves_nothing_is_said_to_leave_difficulty_unjudged(
+    qa_folder, tmp_path, capsys
+):
+    with ScriptedOpenAIServer(lambda body: "\\boxed{Nobody}") as srv:
+        code = main(["filter", str(qa_folder), "--out", str(tmp_path / "f"), "--llm", srv.base_url,
+                     "--model", "weak", "--k", "2"])  # fmt: skip
+    shown = capsys.readouterr().out.replace("\n", " ")
+    assert code == 1
+    assert "no tool-using attempt solved any of the 5 items with weak" in " ".join(shown.split())
+    assert "cannot judge difficulty" in shown
+    summary = json.loads((tmp_path / "f" / "summary.json").read_text())
+    assert summary["judged"] is False and summary["solved"] == 0 and summary["kept"] == 0

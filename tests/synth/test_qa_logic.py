@@ -106,7 +106,9 @@ VOWEL_SOUND = re.compile(r"\b(a|an) (\w+)", re.IGNORECASE)
 def grammar_problems(question: str) -> list[str]:
     problems = []
     asking = question.rsplit(". ", 1)[-1]
-    if not (re.match(r"(Which|What|Who) ", asking) and question.endswith("?")
+    # a fronted phrase may come first: "Founded in 1934, which company ...?"
+    asking = re.sub(r"^[A-Z](?:[^,]|,(?! ))*, (?=(?:which|what|who) )", "", asking)
+    if not (re.match(r"(Which|What|Who|which|what|who) ", asking) and question.endswith("?")
             and question.count("?") == 1):
         problems.append("not one 'Which/What/Who ...?' question")
     if re.search(r"\{|\}|  | ,|,,", question) or re.search(r"\b(\w+) \1\b", question, re.I):

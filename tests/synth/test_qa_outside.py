@@ -88,8 +88,10 @@ def test_an_outside_corpus_run_grows_and_verifies_a_seed_question(inputs, tmp_pa
     assert v["shortcut"] == {"passed": True, "hops": 2, "min_tool_calls": 2, "reason": "",
                              "sub_question_candidates": None, "one_hop_candidates": None,
                              "one_search_hit": None}
+    # no fact store outside the world: whether each clause does work is not known (None)
     assert v["uniqueness"] == {"passed": True, "candidates": 1, "checked": ["Unknown Corp"],
-                               "also_fit": [], "reason": ""}
+                               "also_fit": [], "reason": "", "droppable": None,
+                               "vacuous_blurs": None}
     assert (tmp_path / "out" / "corpus.jsonl").read_text() == corpus.read_text()
 
 

@@ -194,7 +194,7 @@ def test_a_record_cannot_choose_which_verifier_code_runs(tmp_path, get, demo, mo
 def test_a_dataset_state_file_cannot_name_a_file_outside_its_folder(tmp_path, get, demo):
     """`state.json` names the Arrow files; one outside the dataset folder is refused."""
     ds = tmp_path / "run" / "dataset"
-    shutil.copytree(demo / "synth-qa" / "dataset", ds)
+    shutil.copytree(demo / "synth-qa" / "dataset" / "train", ds)  # one split: a plain folder
     shutil.copy(ds / "data-00000-of-00001.arrow", tmp_path / "secret.arrow")
     state = json.loads((ds / "state.json").read_text())
     state["_data_files"] = [{"filename": "../../secret.arrow"}]
@@ -211,7 +211,7 @@ def test_a_dataset_file_swapped_for_a_link_to_a_file_outside_is_not_read(tmp_pat
     """An Arrow, state or info file of a datasets folder that is a link (here, to a copy of
     itself outside PATH, so only the link check can refuse it) is not read through."""
     ds = tmp_path / "run" / "dataset"
-    shutil.copytree(demo / "synth-qa" / "dataset", ds)
+    shutil.copytree(demo / "synth-qa" / "dataset" / "train", ds)  # one split: a plain folder
     outside = tmp_path / f"secret-{name}"
     shutil.move(ds / name, outside)
     (ds / name).symlink_to(outside)

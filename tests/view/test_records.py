@@ -110,9 +110,9 @@ def test_a_rejected_qa_record_says_at_which_stage(demo):
 
 
 def test_the_qa_datasets_export_reads_like_qa_jsonl(demo):
-    ds = datasets.load_from_disk(str(demo / "synth-qa" / "dataset"))
+    splits = datasets.load_from_disk(str(demo / "synth-qa" / "dataset"))  # train and test
     by_id = {r["id"]: r for r in lines(demo / "synth-qa" / "qa.jsonl")}
-    for row in ds:
+    for row in (row for split in splits.values() for row in split):
         got, want = read_qa(KINDS["qa"].arrow(row)), read_qa(by_id[row["id"]])
         for key in ("question", "steps", "facts", "verification", "final_wording", "seed"):
             assert got[key] == want[key], key
@@ -133,7 +133,7 @@ def test_the_tasks_datasets_export_reads_like_tasks_jsonl(demo, tmp_path):
     from gemkit.synth.tasks.run import export_datasets
 
     records = lines(demo / "synth-tasks" / "tasks.jsonl")
-    folder = export_datasets(tmp_path, records)
+    folder = export_datasets(tmp_path, records, root=demo / "synth-tasks")
     for row, raw in zip(datasets.load_from_disk(str(folder)), records, strict=True):
         got, want = read_task(KINDS["tasks"].arrow(row)), read_task(raw)
         for key in ("prompt", "tools", "reference_answer", "stats", "history", "spec"):
