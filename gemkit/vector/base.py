@@ -2,8 +2,9 @@
 
 Each slot's work is a small generator that *asks* for env calls (`("reset", seed, options)` or
 `("step", action)`) and receives their results or exceptions; the sync, asyncio and Ray vectors
-only differ in how they carry those calls out (`drive_sync` here; rounds of one `gather` or one
-batched actor call there). The semantics therefore live in one place.
+only differ in how they carry those calls out (`drive_sync` here; one task per slot on an event
+loop, or rounds of one batched actor call, there), and the process vector runs an asyncio one in
+each worker. The semantics therefore live in one place.
 """
 
 from __future__ import annotations
@@ -71,23 +72,30 @@ class VectorEnv:
       the step that ended it; `info["final_obs"]` and `info["final_info"]` keep the last ones.
       `disabled`: the slot stays done until `reset(indices=[i])`; stepping it reports an error.
     - An env that raises marks only its own slot: `info["error"]`, `truncated=True`, and it is
-      reset like any finished episode. A `reset()` in which every slot asked fails raises
+      reset like any finished episode. A slot whose reset failed is reset again at its next
+      step (unless autoreset is `disabled`). A `reset()` in which every slot asked fails raises
       `VectorEnvError` with each slot's error: there is no observation to return.
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], *, autoreset_mode: str = "next_step"):
+        self._init_slots(len(env_fns), autoreset_mode)
+        self.envs = [fn() for fn in env_fns]
+        self._closed = False
+
+    def _init_slots(self, num_envs: int, autoreset_mode: str) -> None:
+        """Check the arguments and set up the per-slot state (a vector whose envs live
+        elsewhere, in workers or actors, calls this instead of building them here)."""
         if autoreset_mode not in AUTORESET_MODES:
             raise VectorEnvError(
                 f"unknown autoreset_mode {autoreset_mode!r}; expected one of {AUTORESET_MODES}"
             )
-        if not env_fns:
+        if num_envs < 1:
             raise VectorEnvError("a vector env needs at least one env")
         self.autoreset_mode = autoreset_mode
-        self.envs = [fn() for fn in env_fns]
-        self.num_envs = len(self.envs)
-        self._last_obs = [""] * self.num_envs
-        self._done = [False] * self.num_envs
-        self._closed = False
+        self.num_envs = num_envs
+        self.envs: list[Any] = []
+        self._last_obs: list[Any] = [""] * num_envs
+        self._done = [False] * num_envs
 
     # -- slot semantics -------------------------------------------------------------------
 
@@ -115,12 +123,13 @@ class VectorEnv:
     def _step_slot(self, i: int, action: Any) -> SlotGen:
         mode = self.autoreset_mode
         if self._done[i]:
-            if mode == "next_step":
-                obs, info = yield from self._reset_slot(i, None, None)
-                return obs, 0.0, False, False, info
             if mode == "disabled":
                 info = {"error": f"env {i} has finished its episode; call reset(indices=[{i}])"}
                 return self._last_obs[i], 0.0, False, False, info
+            # next_step: the episode ended last step; same_step: its reset failed (or its
+            # worker process was lost), so there is no episode to step: reset it now
+            obs, info = yield from self._reset_slot(i, None, None)
+            return obs, 0.0, False, False, info
         try:
             obs, reward, terminated, truncated, info = yield ("step", action)
         except Exception as e:  # noqa: BLE001 - isolate the slot
@@ -214,11 +223,24 @@ class VectorEnv:
         indices: Sequence[int] | None = None,
     ) -> tuple[list[str], list[dict[str, Any]]]:
         """Reset every env (or `indices`); return observations and infos for all slots."""
-        return self._collect_reset(self._drive(self._reset_gens(seed, options, indices)))
+        return self._collect_reset(self._reset_results(seed, options, indices))
 
     def step(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
         """Step every env (list) or a subset (dict index → action)."""
-        return self._collect_step(self._drive(self._step_gens(actions)))
+        return self._collect_step(self._step_results(actions))
+
+    def _reset_results(
+        self,
+        seed: int | Sequence[int | None] | None,
+        options: dict[str, Any] | None,
+        indices: Sequence[int] | None,
+    ) -> dict[int, tuple[str, dict[str, Any]]]:
+        """Each asked slot's `(obs, info)`, slot state updated; nothing raised for failures."""
+        return self._drive(self._reset_gens(seed, options, indices))
+
+    def _step_results(self, actions: Sequence[Any] | Mapping[int, Any]) -> dict[int, SlotResult]:
+        """Each stepped slot's 5-tuple, slot state (autoreset, errors) updated."""
+        return self._drive(self._step_gens(actions))
 
     async def areset(
         self,

@@ -1,16 +1,25 @@
-"""Vector envs: autoreset modes, seeding, subset stepping, error isolation, concurrency."""
+"""Vector envs: autoreset modes, seeding, subset stepping, error isolation, concurrency.
+
+The slot rules are checked in every local mode: sync, async, and process (two worker
+processes, so the slots of one test span both).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 
+import cloudpickle
 import numpy as np
 import pytest
 
 import gemkit
 from gemkit.core import Env
 from gemkit.errors import VectorEnvError
-from gemkit.vector import AsyncVectorEnv, SyncVectorEnv
+from gemkit.vector import AsyncVectorEnv, ProcessVectorEnv, SyncVectorEnv
+
+# the envs below live in this test module, which worker processes cannot import by name
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 class Counter(Env):
@@ -51,10 +60,12 @@ def vec(kind, n=3, mode="next_step", env=Counter, **kw):
     fns = [lambda: env(length=2, **kw)] * n
     if kind == "sync":
         return SyncVectorEnv(fns, autoreset_mode=mode)
+    if kind == "process":
+        return ProcessVectorEnv(fns, autoreset_mode=mode, num_workers=2)
     return AsyncVectorEnv(fns, autoreset_mode=mode)
 
 
-KINDS = ["sync", "async"]
+KINDS = ["sync", "async", "process"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -149,11 +160,13 @@ def test_same_seeds_same_episodes_in_every_mode():
         return out
 
     runs = [
-        trace(SyncVectorEnv([lambda: Counter(length=2)] * 4)),
-        trace(AsyncVectorEnv([lambda: Counter(length=2)] * 4)),
-        trace(AsyncVectorEnv([lambda: SlowCounter(length=2)] * 4)),
+        trace(SyncVectorEnv([lambda: Counter(length=2)] * 5)),
+        trace(AsyncVectorEnv([lambda: Counter(length=2)] * 5)),
+        trace(AsyncVectorEnv([lambda: SlowCounter(length=2)] * 5)),
+        trace(ProcessVectorEnv([lambda: Counter(length=2)] * 5, num_workers=2)),
+        trace(ProcessVectorEnv([lambda: SlowCounter(length=2)] * 5, num_workers=3)),
     ]
-    assert runs[0] == runs[1] == runs[2]
+    assert all(run == runs[0] for run in runs)
 
 
 def test_async_vector_overlaps_io_bound_envs():
@@ -297,3 +310,36 @@ def test_bad_vector_arguments_have_clear_messages():
         gemkit.make_vec("game:GuessTheNumber-v0-easy", 2, mode="threads")
     with pytest.raises(VectorEnvError, match="seeds"):
         SyncVectorEnv([Counter] * 2).reset(seed=[1, 2, 3])
+
+
+class FlakyReset(Counter):
+    """Its reset raises while the file named by `fail_path` exists (read in any process)."""
+
+    def __init__(self, length: int = 2, fail_path: str = ""):
+        super().__init__(length=length)
+        self.fail_path = fail_path
+
+    def reset(self, *, seed=None, options=None):
+        import os
+
+        if os.path.exists(self.fail_path):
+            raise RuntimeError("reset failed")
+        return super().reset(seed=seed, options=options)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_same_step_slot_whose_reset_failed_resets_at_its_next_step(kind, tmp_path):
+    flag = tmp_path / "fail"
+    v = vec(kind, n=2, mode="same_step", env=FlakyReset, fail_path=str(flag))
+    v.reset(seed=0)
+    v.step(["a", "a"])
+    flag.touch()
+    obs, rew, term, trunc, infos = v.step(["b", "b"])  # ends the episode; its reset fails
+    assert list(term) == [True, True] and "reset failed" in infos[0]["error"]
+    assert obs[0] == "t=2 a=b"
+    flag.unlink()
+    # there is no episode to step: the slot resets instead, its action ignored
+    obs, rew, term, trunc, infos = v.step(["c", "c"])
+    assert obs[0].startswith("start ") and list(rew) == [0.0, 0.0] and "error" not in infos[0]
+    obs, *_ = v.step(["d", "d"])
+    assert obs[0] == "t=1 a=d"
