@@ -26,7 +26,7 @@ import pytest
 import gemkit
 from gemkit.core import Env
 from gemkit.errors import VectorEnvError
-from gemkit.vector import AsyncVectorEnv, ProcessVectorEnv, SyncVectorEnv
+from gemkit.vector import ProcessVectorEnv, SyncVectorEnv
 from gemkit.vector.process import _share
 from gemkit.wrappers.history import ChatHistory
 
