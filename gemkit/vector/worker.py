@@ -7,13 +7,23 @@ whatever the autoreset mode. The driver (`gemkit.vector.process`) keeps a mirror
 last observation and done flag, from the replies, so it can answer for slots of a worker that
 died and start its replacement where the slots left off.
 
-Protocol, over one `multiprocessing` pipe, each message one pickled tuple:
+A worker is a fresh interpreter (`python -c "...boot()" FD`), not a `multiprocessing` child:
+it never re-runs the caller's main script (so its imports cost nothing here, and a script
+needs no `__main__` guard), it is safe to start from a driver running threads, and it leads
+a session of its own, so a Ctrl-C at the terminal reaches the driver only (which then closes
+the workers) and the driver can end the worker and everything it started in one signal.
 
-- worker -> driver, once, after building its envs: `("ready", pid)`, or `("error", text)`
-  when a factory raised (the worker then exits).
+Protocol, over the socket whose descriptor is the worker's argument, each message one pickled
+tuple framed as `multiprocessing.connection` frames it:
+
+- driver -> worker, first: `("build", factories, settings)`, the block's env factories
+  (cloudpickled), the autoreset mode, the concurrency limit, and for a replacement the
+  slots' state to pick up.
+- worker -> driver, once built: `("ready", pid)`, or `("error", text)` when a factory raised
+  (the worker then exits).
 - driver -> worker: `("step", actions)` (a list for the whole block, or a dict local index ->
   action), `("reset", seeds, options, indices)` (seeds for the whole block, the local indices
-  to reset), or `("close",)` (close the envs and exit; no reply).
+  to reset, None for all), or `("close",)` (close the envs and exit; no reply).
 - worker -> driver, one per step or reset, in order: `("ok", keys, obs, rewards, terminated,
   truncated, infos, done)`, the columns of the slots asked (`keys` their local indices, None
   for the whole block; `done` their done flags after the call; rewards and flags None for a
@@ -21,16 +31,15 @@ Protocol, over one `multiprocessing` pipe, each message one pickled tuple:
 
 An env's exception never crosses as such: its slot's generator turns it into `info["error"]`
 in the worker, like in every vector. A value that cannot be pickled (an info holding a lock)
-is sent as its `repr`. The worker leads its own process group, so a Ctrl-C at the terminal
-reaches the driver only (which then closes the workers), and the driver can end the worker and
-everything it started in one signal; it exits when the driver's end of the pipe closes.
+is sent as its `repr`. The worker exits when the driver's end of the socket closes.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Callable, Sequence
+import sys
+from multiprocessing.connection import Connection
 from typing import Any
 
 from gemkit.vector.aio import AsyncVectorEnv
@@ -38,20 +47,20 @@ from gemkit.vector.aio import AsyncVectorEnv
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 
 
-def main(conn: Any, payload: bytes | Sequence[Callable[[], Any]], settings: dict[str, Any]) -> None:
-    """Build the block's envs from `payload` (pickled factories), then serve the driver."""
-    if hasattr(os, "setpgid"):
-        try:
-            os.setpgid(0, 0)
-        except OSError:  # already a group leader (a session of its own)
-            pass
-    for fd in settings.get("inherited_fds", ()):  # fork: the driver's ends of other pipes
-        try:
-            os.close(fd)
-        except OSError:
-            pass
+def boot() -> None:
+    """The worker's entry point: serve the driver on the socket named by `sys.argv[1]`."""
+    conn = Connection(int(sys.argv[1]))
     try:
-        fns = pickle.loads(payload) if isinstance(payload, bytes) else payload
+        msg = pickle.loads(conn.recv_bytes())
+    except (EOFError, OSError):  # the driver went away before sending the envs
+        return
+    main(conn, msg[1], msg[2])
+
+
+def main(conn: Any, payload: bytes, settings: dict[str, Any]) -> None:
+    """Build the block's envs from `payload` (pickled factories), then serve the driver."""
+    try:
+        fns = pickle.loads(payload)
         vec = AsyncVectorEnv(
             fns,
             autoreset_mode=settings["autoreset_mode"],

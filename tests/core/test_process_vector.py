@@ -62,7 +62,7 @@ class Probe(Env):
             os.kill(os.getpid(), signal.SIGKILL)
         if action.startswith("interrupt:"):
             os.killpg(int(action.split(":")[1]), signal.SIGINT)
-            time.sleep(0.5)  # the driver is interrupted while it waits for this reply
+            time.sleep(0.2)  # most often the driver is interrupted while it waits for this
         self.t += 1
         info = {"pid": os.getpid(), "t": self.t}
         if action == "lock":
@@ -240,10 +240,8 @@ def test_factories_travel_by_value_and_unpicklable_ones_get_advice():
         assert list(v.step(["a", "a"]).terminated) == [False, False]
         assert list(v.step(["a", "a"]).terminated) == [True, True]
     lock = threading.Lock()
-    with pytest.raises(VectorEnvError, match="cannot be sent to a worker process.*fork"):
-        ProcessVectorEnv([lambda: (lock, Probe())[1]] * 2)
-    with ProcessVectorEnv([lambda: (lock, Probe())[1]] * 2, start_method="fork") as v:
-        assert v.reset(seed=0)[0] == SyncVectorEnv([Probe] * 2).reset(seed=0)[0]
+    with pytest.raises(VectorEnvError, match="envs 0-1 cannot be sent to a worker process"):
+        ProcessVectorEnv([lambda: (lock, Probe())[1]] * 2, num_workers=1)
 
 
 def test_an_info_value_that_cannot_be_pickled_arrives_as_its_repr():
@@ -262,8 +260,6 @@ def test_an_env_that_cannot_be_built_is_reported_with_its_error():
 def test_bad_arguments_have_clear_messages():
     with pytest.raises(VectorEnvError, match="num_workers"):
         ProcessVectorEnv([Probe], num_workers=0)
-    with pytest.raises(VectorEnvError, match="start_method"):
-        ProcessVectorEnv([Probe], start_method="threads")
     with pytest.raises(ValueError, match="num_workers is for the process and ray modes"):
         gemkit.make_vec("game:GuessTheNumber-v0-easy", 2, mode="async", num_workers=2)
     with ProcessVectorEnv([Probe] * 2) as v:
@@ -331,7 +327,7 @@ def test_close_closes_every_env_in_the_workers_and_ends_them(tmp_path):
     pids = worker_pids(v)
     v.close()
     v.close()
-    assert [w.proc.exitcode for w in v._pool.workers] == [0, 0]
+    assert [w.proc.returncode for w in v._pool.workers] == [0, 0]
     assert len(list(tmp_path.glob("closed.*"))) == 3 and wait_gone(pids) == []
     with pytest.raises(VectorEnvError, match="closed"):
         v.step(["a"] * 3)
@@ -395,8 +391,8 @@ def test_workers_end_when_their_driver_is_killed(tmp_path):
 
 def test_ctrl_c_interrupts_the_driver_only_and_the_vector_stays_consistent(tmp_path):
     body = """
-    try:
-        v.step(["interrupt:%d" % os.getpgid(0), "a"])
+    try:  # the last worker's env sends it, once every worker has its message
+        v.step(["a", "interrupt:%d" % os.getpgid(0)])
     except KeyboardInterrupt:
         print("interrupted", flush=True)
     # the interrupted step did happen in the workers: the next one is their second

@@ -1,0 +1,369 @@
+"""The worker processes of a `ProcessVectorEnv`: start them, wait on them, notice deaths, end them.
+
+Each worker is a fresh interpreter running `gemkit.vector.worker.boot` in a session of its
+own, talking to the driver over a socket pair (the protocol is in `gemkit.vector.worker`).
+One selector watches every worker's socket and, where the platform has pidfds, its exit, so
+a wait never outlasts a worker that died; without pidfds a wait wakes every `POLL_S` to look.
+
+Ending a worker ends its session's process group, so what its envs started goes with it. The
+group id is only signalled while the worker is not yet reaped (its exit status is read with
+`WNOWAIT`): the kernel cannot give that id to another process before then.
+
+What it does not do: decide what a lost worker means for its slots (`gemkit.vector.process`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pickle
+import select
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+#: seconds a wait sleeps at most between looks at workers it cannot watch through a pidfd
+POLL_S = 0.5
+#: seconds `stop()` gives the workers to close their envs before ending their groups
+CLOSE_TIMEOUT_S = 5.0
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+_BOOT = "from gemkit.vector.worker import boot; boot()"
+
+Reply = tuple[Any, ...]
+
+
+class WorkerLost(RuntimeError):
+    """A worker process died or could not start: every env it held is lost."""
+
+
+class Worker:
+    """One worker process, the driver's end of its socket, and what it still owes."""
+
+    __slots__ = ("conn", "deadline", "hi", "lo", "lost", "owed", "pid", "pidfd", "proc", "ready")
+
+    def __init__(self, lo: int, hi: int):
+        self.lo, self.hi = lo, hi
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.conn: Connection | None = None
+        self.pid = 0
+        self.pidfd: int | None = None
+        self.owed = 0  # messages the worker still has to send (its ready message, replies)
+        self.ready = False
+        self.deadline = 0.0
+        self.lost: WorkerLost | None = None
+
+    def span(self) -> str:
+        """Which slots it holds, for messages."""
+        return f"env {self.lo}" if self.hi - self.lo == 1 else f"envs {self.lo}-{self.hi - 1}"
+
+
+class Pool:
+    """The workers of one vector. It holds no reference to the vector, so the vector's
+    finalizer (run on close, garbage collection or interpreter exit) can stop it."""
+
+    def __init__(
+        self,
+        bounds: list[tuple[int, int]],
+        payloads: list[bytes],
+        settings: list[dict[str, Any]],
+        start_timeout_s: float,
+    ):
+        self.payloads = payloads
+        self.settings = settings
+        self.start_timeout_s = start_timeout_s
+        self.workers = [Worker(lo, hi) for lo, hi in bounds]
+        self.selector = selectors.DefaultSelector()
+        self.stopped = False
+
+    # -- starting and losing workers ------------------------------------------------------
+
+    def start(self, ks: list[int], states: dict[int, Any] | None = None) -> None:
+        """Start workers `ks`, all processes first, then their envs (not waiting for them)."""
+        spawned = [k for k in ks if self._spawn(k)]
+        for k in spawned:  # its reply, the ready message, is owed since it was spawned
+            settings = {**self.settings[k], "state": (states or {}).get(k)}
+            self.send(k, pickle.dumps(("build", self.payloads[k], settings), PROTOCOL), reply=False)
+
+    def _spawn(self, k: int) -> bool:
+        w = self.workers[k]
+        ours, theirs = socket.socketpair()
+        try:
+            w.proc = subprocess.Popen(
+                [sys.executable, "-c", _BOOT, str(theirs.fileno())],
+                pass_fds=(theirs.fileno(),),
+                env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own group: no terminal Ctrl-C, one signal ends all
+            )
+        except OSError as e:
+            ours.close()
+            w.proc = None
+            w.lost = WorkerLost(f"the worker process of {w.span()} could not start: {e}")
+            return False
+        finally:
+            theirs.close()
+        w.conn = Connection(ours.detach())
+        w.pid, w.owed, w.ready, w.lost = w.proc.pid, 1, False, None
+        w.deadline = time.monotonic() + self.start_timeout_s
+        self.selector.register(w.conn, selectors.EVENT_READ, (k, True))
+        try:
+            w.pidfd = os.pidfd_open(w.pid)
+        except (AttributeError, OSError):  # not Linux 5.3+: waits poll instead
+            w.pidfd = None
+        else:
+            self.selector.register(w.pidfd, selectors.EVENT_READ, (k, False))
+        return True
+
+    def lose(self, k: int, why: str | None = None) -> WorkerLost:
+        """Mark worker `k` lost, ending its process group; `why` defaults to how it exited."""
+        w = self.workers[k]
+        if w.lost is not None:
+            return w.lost
+        if why is None:
+            why = _exit_text(_wait_exit(w, 1.0))  # its socket closed as it exited
+        w.lost = WorkerLost(
+            f"the worker process of {w.span()} (pid {w.pid}) {why}; "
+            "its envs restart and reset on their next step"
+        )
+        self._end(w)
+        return w.lost
+
+    def _end(self, w: Worker) -> None:
+        """End the worker's process group (it leads it), then reap it; forget its fds."""
+        if w.proc is None:
+            return
+        for obj in (w.conn, w.pidfd):
+            if obj is not None:
+                with contextlib.suppress(KeyError, ValueError, OSError):
+                    self.selector.unregister(obj)
+        if w.proc.returncode is None:  # not reaped yet: its group id is still its own
+            with contextlib.suppress(OSError):  # the group may have no process left
+                os.killpg(w.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                w.proc.wait(5.0)
+        if w.pidfd is not None:
+            with contextlib.suppress(OSError):
+                os.close(w.pidfd)
+            w.pidfd = None
+        if w.conn is not None:
+            with contextlib.suppress(OSError):
+                w.conn.close()
+        w.owed, w.ready = 0, False
+
+    # -- messages ------------------------------------------------------------------------
+
+    def send(self, k: int, data: bytes, *, reply: bool = True) -> WorkerLost | None:
+        """Send one message to worker `k` (which then owes a reply); its loss when it is gone."""
+        w = self.workers[k]
+        if w.lost is not None:
+            return w.lost
+        with _HeldInterrupts():  # a Ctrl-C lands before or after the message and its count
+            try:
+                w.conn.send_bytes(data)
+            except OSError:
+                return self.lose(k)
+            except BaseException:  # a failure mid-message: the socket's framing is broken
+                self.lose(k, "was stopped in the middle of a message")
+                raise
+            w.owed += reply
+        return None
+
+    def ready_among(self, pending: set[int], timeout: float | None) -> dict[int, bool]:
+        """Workers of `pending` with something to read, each mapped to whether its socket is
+        readable (else it exited, or is late to start: it is then already lost)."""
+        now = time.monotonic()
+        starting = [self.workers[k].deadline for k in pending if not self.workers[k].ready]
+        limits = [t for t in (timeout, *(d - now for d in starting)) if t is not None]
+        if any(self.workers[k].pidfd is None for k in pending):
+            limits.append(POLL_S)
+        wait = max(0.0, min(limits)) if limits else None
+        ready: dict[int, bool] = {}
+        for key, _ in self.selector.select(wait):
+            k, is_socket = key.data
+            if k in pending:
+                ready[k] = ready.get(k, False) or is_socket
+            elif self.workers[k].lost is None and not is_socket:
+                self.lose(k)  # a worker owing nothing exited: lose it now, report it when asked
+        now = time.monotonic()
+        for k in pending - ready.keys():
+            w = self.workers[k]
+            if not w.ready and now >= w.deadline:
+                self.lose(k, f"did not start within {self.start_timeout_s:g} s")
+                ready[k] = False
+            elif w.pidfd is None and _exited(w) is not None:
+                ready[k] = False
+        return ready
+
+    def take(
+        self, k: int, readable: bool, apply: Callable[[int, Reply], None], out: dict[int, Any]
+    ) -> bool:
+        """Read one message of worker `k` into `out` (ok replies also go to `apply`); True
+        once the worker owes nothing more (or is lost)."""
+        with _HeldInterrupts():  # a Ctrl-C lands before or after a reply is read and applied
+            return self._take(k, readable, apply, out)
+
+    def _take(
+        self, k: int, readable: bool, apply: Callable[[int, Reply], None], out: dict[int, Any]
+    ) -> bool:
+        w = self.workers[k]
+        if w.lost is not None:
+            out[k] = w.lost
+            return True
+        if not (readable or w.conn.poll()):  # its process ended with nothing left to read
+            out[k] = self.lose(k)
+            return True
+        try:
+            data = w.conn.recv_bytes()
+        except (EOFError, OSError):
+            out[k] = self.lose(k)
+            return True
+        except BaseException:
+            self.lose(k, "was stopped in the middle of a message")
+            raise
+        w.owed -= 1
+        msg = pickle.loads(data)
+        if not w.ready:
+            if msg[0] == "ready":
+                w.ready = True
+            else:  # its envs could not be built
+                out[k] = self.lose(k, f"could not build its envs ({msg[1]})")
+                return True
+        elif msg[0] == "ok":
+            apply(k, msg)
+            out[k] = msg
+        else:
+            out[k] = msg
+        return w.owed == 0
+
+    def collect(self, ks: list[int], apply: Callable[[int, Reply], None]) -> dict[int, Any]:
+        """Read every message workers `ks` owe; each one's last (or its loss)."""
+        out, pending = self._owing(ks)
+        while pending:
+            for k, readable in self.ready_among(pending, None).items():
+                if self.take(k, readable, apply, out):
+                    pending.discard(k)
+        return out
+
+    async def acollect(self, ks: list[int], apply: Callable[[int, Reply], None]) -> dict[int, Any]:
+        """`collect` that awaits the sockets on the running loop instead of blocking it."""
+        out, pending = self._owing(ks)
+        while pending:
+            ready = self.ready_among(pending, 0)
+            if not ready:
+                await self._readable(pending)
+                continue
+            for k, readable in ready.items():
+                if self.take(k, readable, apply, out):
+                    pending.discard(k)
+        return out
+
+    def _owing(self, ks: list[int]) -> tuple[dict[int, Any], set[int]]:
+        """The losses already known among `ks`, and the others that owe messages."""
+        lost = {k: self.workers[k].lost for k in ks if self.workers[k].lost is not None}
+        return lost, {k for k in ks if k not in lost and self.workers[k].owed}
+
+    async def _readable(self, pending: set[int]) -> None:
+        """Wait until the selector has an event, or until it is time to look again."""
+        loop = asyncio.get_running_loop()
+        woken = loop.create_future()
+        fd = self.selector.fileno()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        now = time.monotonic()
+        limits = [self.workers[k].deadline - now for k in pending if not self.workers[k].ready]
+        if any(self.workers[k].pidfd is None for k in pending):
+            limits.append(POLL_S)
+        loop.add_reader(fd, wake)
+        try:
+            await asyncio.wait_for(woken, max(0.0, min(limits)) if limits else None)
+        except asyncio.TimeoutError:
+            pass  # time to look at the workers again
+        finally:
+            loop.remove_reader(fd)
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask every worker to close its envs and exit; end the process groups of the late."""
+        if self.stopped:
+            return
+        self.stopped = True
+        bye = pickle.dumps(("close",), PROTOCOL)
+        live = [w for w in self.workers if w.proc is not None and w.lost is None]
+        for w in live:
+            with contextlib.suppress(OSError, ValueError):
+                w.conn.send_bytes(bye)
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        for w in live:
+            _wait_exit(w, deadline - time.monotonic())
+        for w in self.workers:
+            self._end(w)
+        self.selector.close()
+
+
+class _HeldInterrupts:
+    """Hold off SIGINT on the main thread for a moment (it is delivered on leaving), so a
+    Ctrl-C never splits a message from the bookkeeping that goes with it."""
+
+    __slots__ = ("mask",)
+
+    def __enter__(self) -> None:
+        self.mask = None
+        if _CAN_MASK and threading.current_thread() is threading.main_thread():
+            self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+
+
+_CAN_MASK = hasattr(signal, "pthread_sigmask")
+_SIGINT = {signal.SIGINT}
+
+
+def _exited(w: Worker) -> Any:
+    """The worker's exit status if it has exited, else None; it stays unreaped."""
+    if w.proc is None or w.proc.returncode is not None:
+        return w.proc.returncode if w.proc is not None else None
+    try:
+        return os.waitid(os.P_PID, w.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+
+
+def _wait_exit(w: Worker, timeout: float) -> Any:
+    """Wait up to `timeout` seconds for the worker to exit, leaving it unreaped; its status."""
+    deadline = time.monotonic() + max(0.0, timeout)
+    while (status := _exited(w)) is None and time.monotonic() < deadline:
+        if w.pidfd is not None:
+            select.select([w.pidfd], [], [], max(0.0, deadline - time.monotonic()))
+        else:
+            time.sleep(0.005)
+    return status
+
+
+def _exit_text(status: Any) -> str:
+    """How a worker ended, from `waitid` (or a return code), in words."""
+    if status is None:
+        return "stopped answering"
+    if isinstance(status, int):
+        code, killed = abs(status), status < 0
+    else:
+        code, killed = status.si_status, status.si_code != os.CLD_EXITED
+    if not killed:
+        return f"exited with code {code}"
+    try:
+        return f"was killed by {signal.Signals(code).name}"
+    except ValueError:
+        return f"was killed by signal {code}"
