@@ -48,7 +48,7 @@ from gemkit.vector.process import default_workers
 # GEM's game:GuessTheNumber-v0-hard settings, so both sides play the same game
 GTN = {"low": 1, "high": 50, "max_turns": 7}
 GEM_ID = "game:GuessTheNumber-v0-hard"
-GAME_ID = "game:GuessTheNumber-v0-hard"  # gemkit's own, with the same settings
+GAME_ID = "game:GuessTheNumber-v0-hard-gem"  # gemkit's code under GEM's rules for that id
 CASES = ("gem", "modes", "cpu", "io")
 
 #: answers handed to every math env: numbers (fast checks) and expressions (symbolic ones)

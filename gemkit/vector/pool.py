@@ -14,12 +14,12 @@ What it does not do: decide what a lost worker means for its slots (`gemkit.vect
 
 from __future__ import annotations
 
+import _signal
 import asyncio
 import contextlib
 import os
 import pickle
 import select
-import selectors
 import signal
 import socket
 import subprocess
@@ -27,8 +27,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from typing import Any
+
+from gemkit.vector.worker import encode, receive
 
 #: seconds a wait sleeps at most between looks at workers it cannot watch through a pidfd
 POLL_S = 0.5
@@ -52,7 +53,7 @@ class Worker:
     def __init__(self, lo: int, hi: int):
         self.lo, self.hi = lo, hi
         self.proc: subprocess.Popen[bytes] | None = None
-        self.conn: Connection | None = None
+        self.conn: socket.socket | None = None
         self.pid = 0
         self.pidfd: int | None = None
         self.owed = 0  # messages the worker still has to send (its ready message, replies)
@@ -80,7 +81,7 @@ class Pool:
         self.settings = settings
         self.start_timeout_s = start_timeout_s
         self.workers = [Worker(lo, hi) for lo, hi in bounds]
-        self.selector = selectors.DefaultSelector()
+        self.poller = _Poller()
         self.stopped = False
 
     # -- starting and losing workers ------------------------------------------------------
@@ -88,9 +89,14 @@ class Pool:
     def start(self, ks: list[int], states: dict[int, Any] | None = None) -> None:
         """Start workers `ks`, all processes first, then their envs (not waiting for them)."""
         spawned = [k for k in ks if self._spawn(k)]
-        for k in spawned:  # its reply, the ready message, is owed since it was spawned
-            settings = {**self.settings[k], "state": (states or {}).get(k)}
-            self.send(k, pickle.dumps(("build", self.payloads[k], settings), PROTOCOL), reply=False)
+        mask = _hold_interrupts()
+        try:
+            for k in spawned:  # its reply, the ready message, is owed since it was spawned
+                settings = {**self.settings[k], "state": (states or {}).get(k)}
+                build = encode(("build", self.payloads[k], settings))
+                self.send(k, build, reply=False)
+        finally:
+            _release_interrupts(mask)
 
     def _spawn(self, k: int) -> bool:
         w = self.workers[k]
@@ -110,16 +116,16 @@ class Pool:
             return False
         finally:
             theirs.close()
-        w.conn = Connection(ours.detach())
+        w.conn = ours
         w.pid, w.owed, w.ready, w.lost = w.proc.pid, 1, False, None
         w.deadline = time.monotonic() + self.start_timeout_s
-        self.selector.register(w.conn, selectors.EVENT_READ, (k, True))
+        self.poller.add(w.conn.fileno(), k, True)
         try:
             w.pidfd = os.pidfd_open(w.pid)
         except (AttributeError, OSError):  # not Linux 5.3+: waits poll instead
             w.pidfd = None
         else:
-            self.selector.register(w.pidfd, selectors.EVENT_READ, (k, False))
+            self.poller.add(w.pidfd, k, False)
         return True
 
     def lose(self, k: int, why: str | None = None) -> WorkerLost:
@@ -140,10 +146,10 @@ class Pool:
         """End the worker's process group (it leads it), then reap it; forget its fds."""
         if w.proc is None:
             return
-        for obj in (w.conn, w.pidfd):
-            if obj is not None:
-                with contextlib.suppress(KeyError, ValueError, OSError):
-                    self.selector.unregister(obj)
+        if w.conn is not None and w.conn.fileno() >= 0:
+            self.poller.remove(w.conn.fileno())
+        if w.pidfd is not None:
+            self.poller.remove(w.pidfd)
         if w.proc.returncode is None:  # not reaped yet: its group id is still its own
             with contextlib.suppress(OSError):  # the group may have no process left
                 os.killpg(w.pid, signal.SIGKILL)
@@ -161,54 +167,80 @@ class Pool:
     # -- messages ------------------------------------------------------------------------
 
     def send(self, k: int, data: bytes, *, reply: bool = True) -> WorkerLost | None:
-        """Send one message to worker `k` (which then owes a reply); its loss when it is gone."""
+        """Send one message to worker `k` (which then owes a reply); its loss when it is gone.
+        Call it with interrupts held (`send_all` does)."""
         w = self.workers[k]
         if w.lost is not None:
             return w.lost
-        with _HeldInterrupts():  # a Ctrl-C lands before or after the message and its count
-            try:
-                w.conn.send_bytes(data)
-            except OSError:
-                return self.lose(k)
-            except BaseException:  # a failure mid-message: the socket's framing is broken
-                self.lose(k, "was stopped in the middle of a message")
-                raise
-            w.owed += reply
+        try:
+            w.conn.sendall(data)
+        except OSError:
+            return self.lose(k)
+        except BaseException:  # a failure mid-message: the socket's framing is broken
+            self.lose(k, "was stopped in the middle of a message")
+            raise
+        w.owed += reply
         return None
+
+    def send_all(self, data: dict[int, bytes]) -> dict[int, WorkerLost]:
+        """Send each worker its message; the losses of those found gone.
+
+        A Ctrl-C is held off while the messages go out (they are small and every worker is
+        waiting to read), so it lands before or after a message and its count, never between.
+        """
+        lost = {}
+        mask = _hold_interrupts()
+        try:
+            for k, raw in data.items():
+                gone = self.send(k, raw)
+                if gone is not None:
+                    lost[k] = gone
+        finally:
+            _release_interrupts(mask)
+        return lost
 
     def ready_among(self, pending: set[int], timeout: float | None) -> dict[int, bool]:
         """Workers of `pending` with something to read, each mapped to whether its socket is
         readable (else it exited, or is late to start: it is then already lost)."""
-        now = time.monotonic()
-        starting = [self.workers[k].deadline for k in pending if not self.workers[k].ready]
-        limits = [t for t in (timeout, *(d - now for d in starting)) if t is not None]
-        if any(self.workers[k].pidfd is None for k in pending):
-            limits.append(POLL_S)
-        wait = max(0.0, min(limits)) if limits else None
+        workers = self.workers
+        # the usual wait, on started workers watched through pidfds, needs no deadline
+        unusual = [workers[k] for k in pending if not workers[k].ready or workers[k].pidfd is None]
+        wait = timeout
+        if unusual:
+            now = time.monotonic()
+            limits = [w.deadline - now for w in unusual if not w.ready]
+            limits += [POLL_S] * any(w.pidfd is None for w in unusual)
+            wait = max(0.0, min(limits if timeout is None else [*limits, timeout]))
         ready: dict[int, bool] = {}
-        for key, _ in self.selector.select(wait):
-            k, is_socket = key.data
+        for k, is_socket in self.poller.wait(wait):
             if k in pending:
                 ready[k] = ready.get(k, False) or is_socket
-            elif self.workers[k].lost is None and not is_socket:
+            elif workers[k].lost is None and not is_socket:
                 self.lose(k)  # a worker owing nothing exited: lose it now, report it when asked
-        now = time.monotonic()
-        for k in pending - ready.keys():
-            w = self.workers[k]
-            if not w.ready and now >= w.deadline:
-                self.lose(k, f"did not start within {self.start_timeout_s:g} s")
-                ready[k] = False
-            elif w.pidfd is None and _exited(w) is not None:
-                ready[k] = False
+        if unusual:
+            now = time.monotonic()
+            for w in unusual:
+                k = workers.index(w)
+                if k in ready:
+                    continue
+                if not w.ready and now >= w.deadline:
+                    self.lose(k, f"did not start within {self.start_timeout_s:g} s")
+                    ready[k] = False
+                elif w.pidfd is None and _exited(w) is not None:
+                    ready[k] = False
         return ready
 
     def take(
-        self, k: int, readable: bool, apply: Callable[[int, Reply], None], out: dict[int, Any]
-    ) -> bool:
-        """Read one message of worker `k` into `out` (ok replies also go to `apply`); True
-        once the worker owes nothing more (or is lost)."""
-        with _HeldInterrupts():  # a Ctrl-C lands before or after a reply is read and applied
-            return self._take(k, readable, apply, out)
+        self, ready: dict[int, bool], apply: Callable[[int, Reply], None], out: dict[int, Any]
+    ) -> set[int]:
+        """Read one message of each worker in `ready` into `out` (ok replies also go to
+        `apply`); those that owe nothing more (or are lost). A Ctrl-C is held off meanwhile,
+        so it never falls between reading a reply and applying it."""
+        mask = _hold_interrupts()
+        try:
+            return {k for k, readable in ready.items() if self._take(k, readable, apply, out)}
+        finally:
+            _release_interrupts(mask)
 
     def _take(
         self, k: int, readable: bool, apply: Callable[[int, Reply], None], out: dict[int, Any]
@@ -217,11 +249,11 @@ class Pool:
         if w.lost is not None:
             out[k] = w.lost
             return True
-        if not (readable or w.conn.poll()):  # its process ended with nothing left to read
+        if not (readable or select.select([w.conn], [], [], 0)[0]):  # it ended, nothing to read
             out[k] = self.lose(k)
             return True
         try:
-            data = w.conn.recv_bytes()
+            msg = receive(w.conn)
         except (EOFError, OSError):
             out[k] = self.lose(k)
             return True
@@ -229,7 +261,6 @@ class Pool:
             self.lose(k, "was stopped in the middle of a message")
             raise
         w.owed -= 1
-        msg = pickle.loads(data)
         if not w.ready:
             if msg[0] == "ready":
                 w.ready = True
@@ -247,9 +278,7 @@ class Pool:
         """Read every message workers `ks` owe; each one's last (or its loss)."""
         out, pending = self._owing(ks)
         while pending:
-            for k, readable in self.ready_among(pending, None).items():
-                if self.take(k, readable, apply, out):
-                    pending.discard(k)
+            pending -= self.take(self.ready_among(pending, None), apply, out)
         return out
 
     async def acollect(self, ks: list[int], apply: Callable[[int, Reply], None]) -> dict[int, Any]:
@@ -257,40 +286,59 @@ class Pool:
         out, pending = self._owing(ks)
         while pending:
             ready = self.ready_among(pending, 0)
-            if not ready:
+            if ready:
+                pending -= self.take(ready, apply, out)
+            else:
                 await self._readable(pending)
-                continue
-            for k, readable in ready.items():
-                if self.take(k, readable, apply, out):
-                    pending.discard(k)
         return out
 
     def _owing(self, ks: list[int]) -> tuple[dict[int, Any], set[int]]:
         """The losses already known among `ks`, and the others that owe messages."""
-        lost = {k: self.workers[k].lost for k in ks if self.workers[k].lost is not None}
-        return lost, {k for k in ks if k not in lost and self.workers[k].owed}
+        lost, pending = {}, set()
+        for k in ks:
+            w = self.workers[k]
+            if w.lost is not None:
+                lost[k] = w.lost
+            elif w.owed:
+                pending.add(k)
+        return lost, pending
+
+    def owing(self) -> list[int]:
+        """The workers that still owe messages (replies of an interrupted call, a ready one)."""
+        return [k for k, w in enumerate(self.workers) if w.owed]
 
     async def _readable(self, pending: set[int]) -> None:
-        """Wait until the selector has an event, or until it is time to look again."""
+        """Wait until a worker of `pending` stirs, or until it is time to look again."""
         loop = asyncio.get_running_loop()
         woken = loop.create_future()
-        fd = self.selector.fileno()
 
         def wake() -> None:
             if not woken.done():
                 woken.set_result(None)
 
+        fds = (
+            [self.poller.fileno()]
+            if self.poller.fileno() is not None
+            else [
+                fd
+                for k in pending
+                for fd in (self.workers[k].conn.fileno(), self.workers[k].pidfd)
+                if fd is not None
+            ]
+        )
         now = time.monotonic()
         limits = [self.workers[k].deadline - now for k in pending if not self.workers[k].ready]
         if any(self.workers[k].pidfd is None for k in pending):
             limits.append(POLL_S)
-        loop.add_reader(fd, wake)
+        for fd in fds:
+            loop.add_reader(fd, wake)
         try:
             await asyncio.wait_for(woken, max(0.0, min(limits)) if limits else None)
         except asyncio.TimeoutError:
             pass  # time to look at the workers again
         finally:
-            loop.remove_reader(fd)
+            for fd in fds:
+                loop.remove_reader(fd)
 
     # -- stopping ------------------------------------------------------------------------
 
@@ -299,37 +347,91 @@ class Pool:
         if self.stopped:
             return
         self.stopped = True
-        bye = pickle.dumps(("close",), PROTOCOL)
+        bye = encode(("close",))
         live = [w for w in self.workers if w.proc is not None and w.lost is None]
         for w in live:
             with contextlib.suppress(OSError, ValueError):
-                w.conn.send_bytes(bye)
+                w.conn.sendall(bye)
         deadline = time.monotonic() + CLOSE_TIMEOUT_S
         for w in live:
             _wait_exit(w, deadline - time.monotonic())
         for w in self.workers:
             self._end(w)
-        self.selector.close()
+        self.poller.close()
 
 
-class _HeldInterrupts:
-    """Hold off SIGINT on the main thread for a moment (it is delivered on leaving), so a
-    Ctrl-C never splits a message from the bookkeeping that goes with it."""
+class _Poller:
+    """Readiness of every fd of a pool (sockets, pidfds) in one call: epoll where the platform
+    has it, else poll; each fd maps to its worker and whether it is the worker's socket."""
 
-    __slots__ = ("mask",)
+    def __init__(self) -> None:
+        self.epoll = hasattr(select, "epoll")
+        self.poll: Any = select.epoll() if self.epoll else select.poll()
+        self.owner: dict[int, tuple[int, bool]] = {}
 
-    def __enter__(self) -> None:
-        self.mask = None
-        if _CAN_MASK and threading.current_thread() is threading.main_thread():
-            self.mask = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGINT)
+    def add(self, fd: int, k: int, is_socket: bool) -> None:
+        """Watch `fd` of worker `k`."""
+        self.poll.register(fd, select.POLLIN)
+        self.owner[fd] = (k, is_socket)
 
-    def __exit__(self, *exc: object) -> None:
-        if self.mask is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, self.mask)
+    def remove(self, fd: int) -> None:
+        """Stop watching `fd`."""
+        if self.owner.pop(fd, None) is not None:
+            with contextlib.suppress(KeyError, ValueError, OSError):
+                self.poll.unregister(fd)
+
+    def wait(self, timeout: float | None) -> list[tuple[int, bool]]:
+        """The watched fds that are readable (or closed), within `timeout` seconds."""
+        if self.epoll:
+            events = self.poll.poll(-1 if timeout is None else timeout)
+        else:
+            events = self.poll.poll(None if timeout is None else max(0, int(timeout * 1000)))
+        owner = self.owner
+        return [owner[fd] for fd, _ in events if fd in owner]
+
+    def fileno(self) -> int | None:
+        """An fd an event loop can watch for all of them (epoll's), else None."""
+        return self.poll.fileno() if self.epoll else None
+
+    def close(self) -> None:
+        """Release the poller."""
+        if self.epoll:
+            self.poll.close()
 
 
-_CAN_MASK = hasattr(signal, "pthread_sigmask")
-_SIGINT = {signal.SIGINT}
+def _hold_interrupts() -> Any:
+    """Defer Ctrl-C (SIGINT) on the main thread until `_release_interrupts`, so it never
+    splits a message from the bookkeeping that goes with it; what to hand to the release.
+
+    The handler is swapped rather than the signal masked: a SIGINT already caught by the C
+    handler, or caught by another thread, runs the Python handler in effect when the main
+    thread gets to it, which is then this one.
+    """
+    if threading.current_thread() is not _MAIN:
+        return None  # signal handlers only run on the main thread
+    _deferred.clear()
+    try:
+        return _signal.signal(signal.SIGINT, _defer)
+    except (ValueError, OSError):  # not the main interpreter
+        return None
+
+
+def _release_interrupts(previous: Any) -> None:
+    """Put the previous SIGINT handler back, and hand it a Ctrl-C that came meanwhile."""
+    if previous is None:
+        return
+    _signal.signal(signal.SIGINT, previous)
+    if _deferred:
+        _deferred.clear()
+        signal.raise_signal(signal.SIGINT)
+
+
+def _defer(signum: int, frame: Any) -> None:
+    _deferred.append(signum)
+
+
+_deferred: list[int] = []
+_MAIN = threading.main_thread()
 
 
 def _exited(w: Worker) -> Any:

@@ -22,7 +22,6 @@ Not covered here: more than one machine (`gemkit.vector.ray.RayVectorEnv`).
 from __future__ import annotations
 
 import os
-import pickle
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -32,6 +31,7 @@ import numpy as np
 from gemkit.errors import VectorEnvError
 from gemkit.vector.base import SlotResult, VectorEnv, VectorStep, drive_sync
 from gemkit.vector.pool import PROTOCOL, Pool, Reply, WorkerLost
+from gemkit.vector.worker import encode
 
 #: seconds a worker may take to build its envs (imports included) before it counts as lost
 START_TIMEOUT_S = 120.0
@@ -150,7 +150,7 @@ class ProcessVectorEnv(VectorEnv):
 
     def _encode(self, msgs: dict[int, tuple[Any, ...]]) -> dict[int, bytes]:
         try:
-            return {k: pickle.dumps(m, PROTOCOL) for k, m in msgs.items()}
+            return {k: encode(m) for k, m in msgs.items()}
         except Exception as e:
             raise VectorEnvError(
                 f"actions and reset options must pickle to reach the worker processes "
@@ -160,24 +160,20 @@ class ProcessVectorEnv(VectorEnv):
     def _exchange(self, msgs: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
         data = self._encode(msgs)
         pool = self._pool
-        pool.collect([k for k, w in enumerate(pool.workers) if w.owed], self._apply)
-        out: dict[int, Any] = {}
-        for k, raw in data.items():
-            lost = pool.send(k, raw)
-            if lost is not None:
-                out[k] = lost
+        owing = pool.owing()
+        if owing:  # replies of an interrupted call (applied, then dropped), a ready message
+            pool.collect(owing, self._apply)
+        out: dict[int, Any] = pool.send_all(data)
         out.update(pool.collect([k for k in data if k not in out], self._apply))
         return out
 
     async def _aexchange(self, msgs: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
         data = self._encode(msgs)
         pool = self._pool
-        await pool.acollect([k for k, w in enumerate(pool.workers) if w.owed], self._apply)
-        out: dict[int, Any] = {}
-        for k, raw in data.items():
-            lost = pool.send(k, raw)
-            if lost is not None:
-                out[k] = lost
+        owing = pool.owing()
+        if owing:  # replies of an interrupted call (applied, then dropped), a ready message
+            await pool.acollect(owing, self._apply)
+        out: dict[int, Any] = pool.send_all(data)
         out.update(await pool.acollect([k for k in data if k not in out], self._apply))
         return out
 
@@ -208,20 +204,26 @@ class ProcessVectorEnv(VectorEnv):
         return {k: ("step", part) for k, part in parts.items()}
 
     def _step_out(self, plan: dict[int, Any], replies: dict[int, Any]) -> VectorStep:
-        if len(plan) == self.num_envs and all(
-            isinstance(r, tuple) and r[0] == "ok" for r in replies.values()
-        ):  # every slot stepped, every worker answered: join the columns
-            cols: list[list[Any]] = [[], [], [], [], []]
+        if len(plan) == self.num_envs and _all_ok(replies):
+            # every slot stepped, every worker answered: join the columns
+            obs: list[Any] = []
+            rewards: list[float] = []
+            terminated: list[bool] = []
+            truncated: list[bool] = []
+            infos: list[dict[str, Any]] = []
             for k in range(self.num_workers):
-                r = replies[k]
-                for c in range(5):
-                    cols[c] += r[2 + c]
+                _, _, o, r, te, tr, info, _ = replies[k]
+                obs += o
+                rewards += r
+                terminated += te
+                truncated += tr
+                infos += info
             return VectorStep(
-                cols[0],
-                np.array(cols[1], dtype=np.float64),
-                np.array(cols[2], dtype=bool),
-                np.array(cols[3], dtype=bool),
-                cols[4],
+                obs,
+                np.array(rewards, dtype=np.float64),
+                np.array(terminated, dtype=bool),
+                np.array(truncated, dtype=bool),
+                infos,
             )
         rows = self._step_rows(plan, replies)
         self._revive(replies)
@@ -326,6 +328,14 @@ class ProcessVectorEnv(VectorEnv):
             return
         self._closed = True
         self._finalizer()
+
+
+def _all_ok(replies: dict[int, Any]) -> bool:
+    """Whether every worker answered its call (no loss, no error)."""
+    for r in replies.values():
+        if type(r) is not tuple or r[0] != "ok":
+            return False
+    return True
 
 
 def _share(limit: int | None, workers: int, k: int) -> int | None:

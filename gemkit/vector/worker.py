@@ -13,8 +13,9 @@ needs no `__main__` guard), it is safe to start from a driver running threads, a
 a session of its own, so a Ctrl-C at the terminal reaches the driver only (which then closes
 the workers) and the driver can end the worker and everything it started in one signal.
 
-Protocol, over the socket whose descriptor is the worker's argument, each message one pickled
-tuple framed as `multiprocessing.connection` frames it:
+Protocol, over the socket whose descriptor is the worker's argument; each message is one tuple
+in a frame (`encode`): a 5-byte header (the body's length, and whether the body is `marshal`,
+a few times faster for plain data, or `pickle`, for anything else), then the body:
 
 - driver -> worker, first: `("build", factories, settings)`, the block's env factories
   (cloudpickled), the autoreset mode, the concurrency limit, and for a replacement the
@@ -36,28 +37,66 @@ is sent as its `repr`. The worker exits when the driver's end of the socket clos
 
 from __future__ import annotations
 
+import marshal
 import os
 import pickle
+import socket
+import struct
 import sys
-from multiprocessing.connection import Connection
 from typing import Any
 
 from gemkit.vector.aio import AsyncVectorEnv
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
+#: a frame's header: the body's length, and how it is encoded (`MARSHAL` or `PICKLE`)
+HEADER = struct.Struct(">IB")
+MARSHAL, PICKLE = 0, 1
+
+
+def encode(obj: Any) -> bytes:
+    """One framed message: marshal (a few times faster) for plain data, else pickle."""
+    try:
+        body, how = marshal.dumps(obj, 4), MARSHAL
+    except ValueError:  # something marshal does not carry (a class instance, numpy)
+        body, how = pickle.dumps(obj, PROTOCOL), PICKLE
+    return HEADER.pack(len(body), how) + body
+
+
+def receive(sock: socket.socket) -> Any:
+    """The next framed message on `sock`; EOFError when the other side has closed it."""
+    head = sock.recv(HEADER.size, socket.MSG_WAITALL)
+    if len(head) < HEADER.size:
+        head += _read(sock, HEADER.size - len(head))
+    size, how = HEADER.unpack(head)
+    body = sock.recv(size, socket.MSG_WAITALL)
+    if len(body) < size:
+        body += _read(sock, size - len(body))
+    return marshal.loads(body) if how == MARSHAL else pickle.loads(body)
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    """The rest of a message a signal cut short (or EOFError: the other side closed)."""
+    parts = []
+    while n > 0:
+        more = sock.recv(n, socket.MSG_WAITALL)
+        if not more:
+            raise EOFError("the other side closed the socket")
+        parts.append(more)
+        n -= len(more)
+    return b"".join(parts)
 
 
 def boot() -> None:
     """The worker's entry point: serve the driver on the socket named by `sys.argv[1]`."""
-    conn = Connection(int(sys.argv[1]))
+    sock = socket.socket(fileno=int(sys.argv[1]))
     try:
-        msg = pickle.loads(conn.recv_bytes())
+        msg = receive(sock)
     except (EOFError, OSError):  # the driver went away before sending the envs
         return
-    main(conn, msg[1], msg[2])
+    main(sock, msg[1], msg[2])
 
 
-def main(conn: Any, payload: bytes, settings: dict[str, Any]) -> None:
+def main(sock: socket.socket, payload: bytes, settings: dict[str, Any]) -> None:
     """Build the block's envs from `payload` (pickled factories), then serve the driver."""
     try:
         fns = pickle.loads(payload)
@@ -67,23 +106,23 @@ def main(conn: Any, payload: bytes, settings: dict[str, Any]) -> None:
             max_concurrency=settings.get("max_concurrency"),
         )
     except BaseException as e:  # noqa: BLE001 - reported to the driver, which raises it
-        _send(conn, ("error", f"{type(e).__name__}: {e}"))
+        sock.sendall(encode(("error", f"{type(e).__name__}: {e}")))
         return
     state = settings.get("state")
     if state is not None:  # a replacement: its slots pick up where the lost worker's were
         vec._done[:], vec._last_obs[:] = state
-    _send(conn, ("ready", os.getpid()))
+    sock.sendall(encode(("ready", os.getpid())))
     try:
-        serve(conn, vec)
+        serve(sock, vec)
     finally:
         vec.close()
 
 
-def serve(conn: Any, vec: AsyncVectorEnv) -> None:
-    """Answer the driver's calls until it says close or its end of the pipe closes."""
+def serve(sock: socket.socket, vec: AsyncVectorEnv) -> None:
+    """Answer the driver's calls until it says close or its end of the socket closes."""
     while True:
         try:
-            msg = pickle.loads(conn.recv_bytes())
+            msg = receive(sock)
         except (EOFError, OSError):  # the driver is gone
             return
         if msg[0] == "close":
@@ -93,7 +132,7 @@ def serve(conn: Any, vec: AsyncVectorEnv) -> None:
         except Exception as e:  # noqa: BLE001 - a bug outside every env: the driver raises it
             reply = ("error", f"{type(e).__name__}: {e}")
         try:
-            _send(conn, reply)
+            sock.sendall(_encode_reply(reply))
         except OSError:  # the driver is gone
             return
 
@@ -106,44 +145,26 @@ def handle(vec: AsyncVectorEnv, msg: tuple[Any, ...]) -> tuple[Any, ...]:
         if isinstance(actions, dict):
             keys: list[int] | None = list(actions)
             rows = [results[i] for i in actions]
+            done = [vec._done[i] for i in actions]
         else:
-            keys, rows = None, [results[i] for i in range(vec.num_envs)]
-        order = range(vec.num_envs) if keys is None else keys
-        return (
-            "ok",
-            keys,
-            [r[0] for r in rows],
-            [r[1] for r in rows],
-            [r[2] for r in rows],
-            [r[3] for r in rows],
-            [r[4] for r in rows],
-            [vec._done[i] for i in order],
-        )
+            keys, rows, done = None, list(results.values()), vec._done
+        obs, rewards, terminated, truncated, infos = zip(*rows, strict=True)
+        return ("ok", keys, obs, rewards, terminated, truncated, infos, done)
     if msg[0] == "reset":
         _, seeds, options, indices = msg
         results = vec._reset_results(seeds, options, indices)
         keys = None if indices is None else list(results)
-        order = range(vec.num_envs) if keys is None else keys
-        rows = [results[i] for i in order]
-        return (
-            "ok",
-            keys,
-            [r[0] for r in rows],
-            None,
-            None,
-            None,
-            [r[1] for r in rows],
-            [vec._done[i] for i in order],
-        )
+        obs, infos = zip(*results.values(), strict=True)
+        done = vec._done if keys is None else [vec._done[i] for i in keys]
+        return ("ok", keys, obs, None, None, None, infos, done)
     raise ValueError(f"unknown request {msg[0]!r}")
 
 
-def _send(conn: Any, reply: tuple[Any, ...]) -> None:
+def _encode_reply(reply: tuple[Any, ...]) -> bytes:
     try:
-        data = pickle.dumps(reply, PROTOCOL)
+        return encode(reply)
     except Exception:  # noqa: BLE001 - an observation or info that cannot travel
-        data = pickle.dumps(_portable(reply), PROTOCOL)
-    conn.send_bytes(data)
+        return encode(_portable(reply))
 
 
 def _portable(value: Any) -> Any:
