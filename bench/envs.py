@@ -4,20 +4,25 @@ Sections (`--cases`, default all of them):
 
 - `gem`: one env, a wrapped env, vectors of 64 and 1,024 envs (sync, async), and `import`
   time, next to GEM when `gem-llm` is installed (`pip install gem-llm`).
-- `modes`: the cheap game (GuessTheNumber, microseconds a step) in 64 and 1,024 envs, in the
-  sync, async, process and Ray vectors: the process vector's rate over the async one's.
-- `cpu`: CPU-bound envs, 16 of each, answers graded in every step (`same_step` autoreset):
-  math grading (`math:Builtin-v0`, sympy and math-verify), an rg dataset with a heavy scorer
-  (`rg:simple_integration`, sympy), a toolworld verifier (`toolworld:TripPlanning-v0`), each
-  in the sync, async, process and Ray vectors; then math grading in the process vector with
-  1 worker up to twice the cores, to show how the rate grows with workers.
 - `io`: 1,024 I/O-bound envs (each `astep` awaits 0.02 s) in the async vector, next to bare
   asyncio on the same loop (one task per env, no vector: the ceiling), and the ideal rate.
+- `modes`: the cheap game (GuessTheNumber, microseconds a step) in 64 and 1,024 envs, in the
+  sync, async and process vectors: the process vector's rate over the async one's.
+- `cpu`: CPU-bound envs, 16 of each, an answer graded in every step (`same_step` autoreset):
+  math grading (`math:Builtin-v0`, sympy and math-verify), an rg dataset with a heavy scorer
+  (`rg:simple_integration`, sympy), a toolworld verifier (`toolworld:TripPlanning-v0`), in the
+  sync, async and process vectors; and first, math grading in the process vector with 1
+  worker up to twice the cores, to show how the rate grows with workers.
+- then Ray (unless `--no-ray`), started only now so its daemons load no other row: each case
+  of `modes` and `cpu` in the Ray vector next to the async vector again, and so the process
+  vector's rate over Ray's.
 
 The modes of a case take turns trial by trial, and each one's best trial counts: a trial that
 another process on the machine slowed down does not decide a ratio, and every ratio is
-measured within one run. Each section prints the load average (`os.getloadavg`) it ran under.
-Run: `python bench/envs.py [--quick] [--cases modes,cpu,io] [--no-ray] [--trials N]`.
+measured within one run (the median of the round-by-round ratios is printed too). Each section
+prints the load average (`os.getloadavg`) it ran under, and each vector how long it took to
+build (worker processes start, and import the env's packages, in that time).
+Run: `python bench/envs.py [--quick] [--cases io,modes,cpu] [--no-ray] [--trials N]`.
 """
 
 from __future__ import annotations
@@ -331,24 +336,69 @@ def show(rates: dict[str, list[float]], unit: str, starts: dict[str, float] | No
         )
 
 
-def modes_section(rounds: int, ray: bool) -> None:
-    """The cheap game in every vector mode, interleaved; the process vector over the async."""
-    acts = actions(20_000)
-    for n in (64, 1024):
-        steps = max(4, 8_192 // n)
-        modes = ["sync", "async", "process"] + (["ray"] if ray else [])
+class Case:
+    """One workload: how to build its vectors and what a trial of one vector does."""
+
+    def __init__(
+        self,
+        label: str,
+        env_id: str,
+        n: int,
+        trial: Callable[[object], Callable[[], int]],
+        unit: str,
+        **make: object,
+    ):
+        self.label, self.env_id, self.n, self.trial, self.unit = label, env_id, n, trial, unit
+        self.make = make
+
+    def run(self, modes: list[str], rounds: int) -> dict[str, list[float]]:
+        """Build a vector per mode, warm each up, then time their trials taking turns."""
         vecs, starts = {}, {}
         for mode in modes:
-            vecs[mode], starts[mode] = build(GAME_ID, n, mode)
-        print(f"\n== {n} envs of {GAME_ID}, {steps} steps a trial ({load()})")
-        trials = {m: vector_loop(v, acts, steps, reset=False) for m, v in vecs.items()}
+            vecs[mode], starts[mode] = build(self.env_id, self.n, mode, **self.make)
+        trials = {m: self.trial(v) for m, v in vecs.items()}
         for trial in trials.values():
-            trial()  # warm-up
+            trial()  # warm-up: imports, caches, the grading helper processes
         rates = interleaved(trials, rounds)
-        show(rates, "steps/s", starts)
-        print(f"  process / async: {paired(rates, 'process', 'async')}   ({load()})")
+        show(rates, self.unit, starts)
         for v in vecs.values():
             v.close()
+        return rates
+
+
+def compare(cases: list[Case], rounds: int, ray: bool) -> None:
+    """Each case in the sync, async and process vectors, interleaved; then, with Ray started
+    only now (its daemons would load the machine), Ray next to the async vector again."""
+    cores = default_workers()
+    ratios = {}
+    for case in cases:
+        print(f"\n== {case.label} ({load()})")
+        rates = case.run(["sync", "async", "process"], rounds)
+        ratios[case.label] = max(rates["process"]) / max(rates["async"])
+        print(f"  process ({cores} workers) / async: {paired(rates, 'process', 'async')}")
+    if not ray or not start_ray():
+        return
+    for case in cases:
+        print(f"\n== {case.label}, Ray next to the async vector ({load()})")
+        rates = case.run(["async", "ray"], rounds)
+        ray_ratio = max(rates["ray"]) / max(rates["async"])
+        print(f"  ray / async: {paired(rates, 'ray', 'async')}")
+        print(f"  so process / ray: {ratios[case.label] / ray_ratio:.2f}x   ({load()})")
+
+
+def game_cases() -> list[Case]:
+    """The cheap game (microseconds a step) in 64 and 1,024 envs."""
+    acts = actions(20_000)
+    return [
+        Case(
+            f"{n} envs of {GAME_ID}, {max(4, 8_192 // n)} steps a trial",
+            GAME_ID,
+            n,
+            lambda v, n=n: vector_loop(v, acts, max(4, 8_192 // n), reset=False),
+            "steps/s",
+        )
+        for n in (64, 1024)
+    ]
 
 
 def answer_trial(venv, answers: list[str], steps: int) -> Callable[[], int]:
@@ -364,28 +414,30 @@ def answer_trial(venv, answers: list[str], steps: int) -> Callable[[], int]:
     return run
 
 
-def cpu_section(rounds: int, ray: bool, max_workers: int) -> None:
-    """CPU-bound envs in every mode, interleaved; then math grading by number of workers."""
-    cores = default_workers()
-    for label, env_id, answers, n, steps, kw in CPU_CASES:
-        modes = ["sync", "async", "process"] + (["ray"] if ray else [])
-        vecs, starts = {}, {}
-        for mode in modes:
-            vecs[mode], starts[mode] = build(env_id, n, mode, autoreset_mode="same_step", **kw)
-        print(f"\n== {label}: {n} envs, {steps} answers each a trial ({load()})")
-        trials = {m: answer_trial(v, answers, steps) for m, v in vecs.items()}
-        for trial in trials.values():
-            trial()  # warm-up: imports, caches, the grading helper processes
-        rates = interleaved(trials, rounds)
-        show(rates, "answers/s", starts)
-        print(f"  process ({cores} workers) / async: {paired(rates, 'process', 'async')}")
-        if ray:
-            print(f"  process / ray: {paired(rates, 'process', 'ray')}   ({load()})")
-        for v in vecs.values():
-            v.close()
+def cpu_cases() -> list[Case]:
+    """The CPU-bound envs: every step grades an answer (`same_step` autoreset)."""
+    return [
+        Case(
+            f"{label}: {n} envs, {steps} answers each a trial",
+            env_id,
+            n,
+            lambda v, answers=answers, steps=steps: answer_trial(v, answers, steps),
+            "answers/s",
+            autoreset_mode="same_step",
+            **kw,
+        )
+        for label, env_id, answers, n, steps, kw in CPU_CASES
+    ]
+
+
+def workers_section(rounds: int, max_workers: int) -> None:
+    """Math grading in the process vector by number of workers, interleaved."""
     label, env_id, answers, n, steps, kw = CPU_CASES[0]
     counts = sorted({1, *range(2, max_workers + 1, max(1, max_workers // 8)), max_workers})
-    print(f"\n== {label}: the process vector by number of workers ({cores} cores; {load()})")
+    print(
+        f"\n== {label}: the process vector by number of workers "
+        f"({default_workers()} cores; {load()})"
+    )
     vecs = {}
     for w in counts:
         vecs[f"{w} workers"], _ = build(
@@ -430,12 +482,14 @@ def start_ray() -> bool:
     try:
         import ray  # noqa: F401
     except ImportError:
-        print("(Ray is not installed: its rows are left out; pip install 'gemkit[ray]')")
+        print("\n(Ray is not installed: its rows are left out; pip install 'gemkit[ray]')")
         return False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a private local cluster for the run
     from gemkit.executor import ensure_ray
 
+    t0 = time.perf_counter()
     ensure_ray(None, num_cpus=default_workers(), configure_logging=False)
+    print(f"\n(Ray started in {time.perf_counter() - t0:.1f} s)")
     return True
 
 
@@ -459,15 +513,16 @@ def main() -> None:
         f"gemkit {gemkit.__version__}, python {sys.version.split()[0]}, "
         f"{default_workers()} cores, {load()}"
     )
-    ray = not args.no_ray and any(c in ("modes", "cpu") for c in cases) and start_ray()
+    ray = not args.no_ray
     if "gem" in cases:
         gem_section(0.5 if args.quick else 2.0)
-    if "modes" in cases:
-        modes_section(rounds * 2, ray)
-    if "cpu" in cases:
-        cpu_section(rounds, ray, args.max_workers or 2 * default_workers())
     if "io" in cases:
         io_section(rounds * 2)
+    chosen = (game_cases() if "modes" in cases else []) + (cpu_cases() if "cpu" in cases else [])
+    if "cpu" in cases:
+        workers_section(rounds, args.max_workers or 2 * default_workers())
+    if chosen:
+        compare(chosen, rounds, ray)
 
 
 if __name__ == "__main__":

@@ -191,9 +191,16 @@ class ProcessVectorEnv(VectorEnv):
 
     # -- step -----------------------------------------------------------------------------
 
-    def _step_msgs(self, plan: dict[int, Any]) -> dict[int, tuple[Any, ...]]:
+    def _step_plan(
+        self, actions: Sequence[Any] | Mapping[int, Any]
+    ) -> tuple[Sequence[Any] | dict[int, Any], dict[int, tuple[Any, ...]]]:
+        """The action of each slot stepped (a list when all are), and each worker's message."""
+        if isinstance(actions, list) and len(actions) == self.num_envs and not self._closed:
+            # the usual call: every slot, in order; no dict of the plan needed
+            return actions, {k: ("step", actions[lo:hi]) for k, (lo, hi) in enumerate(self._bounds)}
+        plan = self._plan_step(actions)  # checks the call; says what is wrong with it
         if len(plan) == self.num_envs:
-            return {
+            return plan, {
                 k: ("step", [plan[i] for i in range(lo, hi)])
                 for k, (lo, hi) in enumerate(self._bounds)
             }
@@ -201,9 +208,11 @@ class ProcessVectorEnv(VectorEnv):
         for i, a in plan.items():
             k = self._owner[i]
             parts.setdefault(k, {})[i - self._bounds[k][0]] = a
-        return {k: ("step", part) for k, part in parts.items()}
+        return plan, {k: ("step", part) for k, part in parts.items()}
 
-    def _step_out(self, plan: dict[int, Any], replies: dict[int, Any]) -> VectorStep:
+    def _step_out(
+        self, plan: Sequence[Any] | dict[int, Any], replies: dict[int, Any]
+    ) -> VectorStep:
         if len(plan) == self.num_envs and _all_ok(replies):
             # every slot stepped, every worker answered: join the columns
             obs: list[Any] = []
@@ -229,13 +238,15 @@ class ProcessVectorEnv(VectorEnv):
         self._revive(replies)
         return self._collect_step(rows)
 
-    def _step_rows(self, plan: dict[int, Any], replies: dict[int, Any]) -> dict[int, SlotResult]:
+    def _step_rows(
+        self, plan: Sequence[Any] | dict[int, Any], replies: dict[int, Any]
+    ) -> dict[int, SlotResult]:
         results: dict[int, SlotResult] = {}
         for k, r in replies.items():
             lo, hi = self._bounds[k]
             if isinstance(r, WorkerLost):  # the slots' rules, run here on their mirror
                 for i in range(lo, hi):
-                    if i in plan:
+                    if isinstance(plan, list) or i in plan:
                         results[i] = drive_sync(self._step_slot(i, plan[i]), _Dead(r))
                 continue
             if r[0] != "ok":
@@ -247,13 +258,13 @@ class ProcessVectorEnv(VectorEnv):
 
     def step(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
         """Step every env (list) or a subset (dict index → action), in the workers."""
-        plan = self._plan_step(actions)
-        return self._step_out(plan, self._exchange(self._step_msgs(plan)))
+        plan, msgs = self._step_plan(actions)
+        return self._step_out(plan, self._exchange(msgs))
 
     async def astep(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
         """`step` that awaits the workers without blocking the running event loop."""
-        plan = self._plan_step(actions)
-        return self._step_out(plan, await self._aexchange(self._step_msgs(plan)))
+        plan, msgs = self._step_plan(actions)
+        return self._step_out(plan, await self._aexchange(msgs))
 
     # -- reset ----------------------------------------------------------------------------
 

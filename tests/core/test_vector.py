@@ -343,3 +343,52 @@ def test_same_step_slot_whose_reset_failed_resets_at_its_next_step(kind, tmp_pat
     assert obs[0].startswith("start ") and list(rew) == [0.0, 0.0] and "error" not in infos[0]
     obs, *_ = v.step(["d", "d"])
     assert obs[0] == "t=1 a=d"
+
+
+class Odd(Counter):
+    """Answers 'short' with a 4-tuple and 'numpy' with numpy values (through step and astep)."""
+
+    def step(self, action):
+        if action == "short":
+            return "short", 0.0, False, False
+        if action == "numpy":
+            self.t += 1
+            return "np", np.float32(0.5), np.bool_(False), np.bool_(False), {"t": self.t}
+        return super().step(action)
+
+
+class AsyncOdd(Odd):
+    async def astep(self, action):
+        await asyncio.sleep(0)
+        return self.step(action)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("env", [Odd, AsyncOdd])
+def test_malformed_and_numpy_answers_are_handled_alike_in_every_mode(kind, env):
+    v = vec(kind, n=3, env=env)
+    v.reset(seed=0)
+    obs, rew, term, trunc, infos = v.step(["short", "numpy", "a"])
+    assert "not enough values to unpack" in infos[0]["error"] and trunc[0]
+    assert obs[1] == "np" and rew[1] == 0.5 and infos[1] == {"t": 1} and not term[1]
+    assert obs[2] == "t=1 a=a"
+    assert rew.dtype == np.float64 and term.dtype == bool
+    obs, *_ = v.step(["a", "a", "a"])  # the broken slot resets, the others go on
+    assert obs[0].startswith("start ") and obs[1:] == ["t=2 a=a", "t=2 a=a"]
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
+def test_first_request_is_what_the_slot_generator_asks_first(mode):
+    v = SyncVectorEnv([lambda: Counter(length=1)] * 2, autoreset_mode=mode)
+    v.reset(seed=0)
+    v.step(["a", "a"])  # both episodes end (same_step: and restart)
+    v._done[1] = not v._done[1]
+    for i in range(2):
+        first = v._first_request(i, "x")
+        gen = v._step_slot(i, "x")
+        if first is None:
+            with pytest.raises(StopIteration):
+                next(gen)
+        else:
+            assert next(gen) == first
+        gen.close()
