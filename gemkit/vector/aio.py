@@ -130,6 +130,7 @@ class AsyncVectorEnv(VectorEnv):
         if self.max_concurrency is not None and self.max_concurrency < self._n_async:
             sem = asyncio.Semaphore(self.max_concurrency)
         rnd = _Round(loop, step, options, results, sem)
+        self._round = rnd  # for the private loop's clean-up, should the round be interrupted
         sync, tasks, run, start = self._sync_slots, rnd.tasks, self._run_slot, loop.create_task
         for i, arg in plan.items():
             if not sync[i]:
@@ -139,9 +140,9 @@ class AsyncVectorEnv(VectorEnv):
             else:
                 results[i] = drive_sync(self._reset_slot(i, arg, options), self.envs[i])
         if not tasks:
+            self._round = None
             return results
         rnd.left = len(tasks)
-        self._round = rnd
         try:
             await rnd.future
         finally:

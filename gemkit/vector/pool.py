@@ -2,8 +2,10 @@
 
 Each worker is a fresh interpreter running `gemkit.vector.worker.boot` in a session of its
 own, talking to the driver over a socket pair (the protocol is in `gemkit.vector.worker`).
-One selector watches every worker's socket and, where the platform has pidfds, its exit, so
-a wait never outlasts a worker that died; without pidfds a wait wakes every `POLL_S` to look.
+One poller (epoll, else poll) watches every worker's socket and, where the platform has
+pidfds, its exit, so a wait never outlasts a worker that died; without pidfds a wait wakes
+every `POLL_S` to look. A Ctrl-C is deferred while a message goes out or a reply is read and
+applied (`_hold_interrupts`), so it never leaves a worker's stream half read.
 
 Ending a worker ends its session's process group, so what its envs started goes with it. The
 group id is only signalled while the worker is not yet reaped (its exit status is read with
@@ -89,14 +91,14 @@ class Pool:
     def start(self, ks: list[int], states: dict[int, Any] | None = None) -> None:
         """Start workers `ks`, all processes first, then their envs (not waiting for them)."""
         spawned = [k for k in ks if self._spawn(k)]
-        mask = _hold_interrupts()
+        held = _hold_interrupts()
         try:
             for k in spawned:  # its reply, the ready message, is owed since it was spawned
                 settings = {**self.settings[k], "state": (states or {}).get(k)}
                 build = encode(("build", self.payloads[k], settings))
                 self.send(k, build, reply=False)
         finally:
-            _release_interrupts(mask)
+            _release_interrupts(held)
 
     def _spawn(self, k: int) -> bool:
         w = self.workers[k]
@@ -189,14 +191,14 @@ class Pool:
         waiting to read), so it lands before or after a message and its count, never between.
         """
         lost = {}
-        mask = _hold_interrupts()
+        held = _hold_interrupts()
         try:
             for k, raw in data.items():
                 gone = self.send(k, raw)
                 if gone is not None:
                     lost[k] = gone
         finally:
-            _release_interrupts(mask)
+            _release_interrupts(held)
         return lost
 
     def ready_among(self, pending: set[int], timeout: float | None) -> dict[int, bool]:
@@ -215,8 +217,10 @@ class Pool:
         for k, is_socket in self.poller.wait(wait):
             if k in pending:
                 ready[k] = ready.get(k, False) or is_socket
-            elif workers[k].lost is None and not is_socket:
-                self.lose(k)  # a worker owing nothing exited: lose it now, report it when asked
+            elif workers[k].lost is None:
+                # a worker owing nothing stirred: it exited (or broke the protocol); lose it
+                # now, report it when its slots are asked for
+                self.lose(k)
         if unusual:
             now = time.monotonic()
             for w in unusual:
@@ -236,11 +240,11 @@ class Pool:
         """Read one message of each worker in `ready` into `out` (ok replies also go to
         `apply`); those that owe nothing more (or are lost). A Ctrl-C is held off meanwhile,
         so it never falls between reading a reply and applying it."""
-        mask = _hold_interrupts()
+        held = _hold_interrupts()
         try:
             return {k for k, readable in ready.items() if self._take(k, readable, apply, out)}
         finally:
-            _release_interrupts(mask)
+            _release_interrupts(held)
 
     def _take(
         self, k: int, readable: bool, apply: Callable[[int, Reply], None], out: dict[int, Any]
