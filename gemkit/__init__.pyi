@@ -24,6 +24,7 @@ from gemkit.tools.base import ToolResult as ToolResult
 from gemkit.tools.function import tool as tool
 from gemkit.tools.wrapper import ToolEnvWrapper as ToolEnvWrapper
 from gemkit.vector import AsyncVectorEnv as AsyncVectorEnv
+from gemkit.vector import ProcessVectorEnv as ProcessVectorEnv
 from gemkit.vector import SyncVectorEnv as SyncVectorEnv
 from gemkit.vector import VectorEnv as VectorEnv
 from gemkit.wrappers.history import ChatHistory as ChatHistory

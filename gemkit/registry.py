@@ -41,6 +41,8 @@ ENTRY_POINT_GROUP = "gemkit.envs"
 OWN_DISTRIBUTION = "gemkit"
 
 EntryPoint = str | Callable[..., "Env"]
+#: the vector modes of `make_vec`
+VECTOR_MODES = ("sync", "async", "process", "ray")
 
 
 @dataclass
@@ -294,7 +296,19 @@ def make(
     (env -> ToolEnvWrapper -> ChatHistory -> context wrappers): a history wrapper then sees
     the tool instructions in the task, and each call with its result.
     """
-    env = spec(env_id).make(**kwargs)
+    return _assemble(spec(env_id), wrappers, tools, mcp, tool_options, kwargs)
+
+
+def _assemble(
+    env_spec: EnvSpec,
+    wrappers: Sequence[Callable[[Env], Env]],
+    tools: Sequence[Any] | None,
+    mcp: Any,
+    tool_options: dict[str, Any] | None,
+    kwargs: dict[str, Any],
+) -> Env:
+    """`make` from a spec: build the env, give it its tools, then apply `wrappers`."""
+    env = env_spec.make(**kwargs)
     if tools or mcp:
         from gemkit.tools.wrapper import wrap_with_tools
 
@@ -302,6 +316,26 @@ def make(
     for wrap in wrappers:
         env = wrap(env)
     return env
+
+
+@dataclass(frozen=True)
+class EnvFactory:
+    """A picklable recipe for one env of a vector: the spec itself (so a worker process or
+    Ray actor needs no registration of its own), the wrappers and the `make` arguments."""
+
+    spec: EnvSpec
+    wrappers: tuple[Callable[[Env], Env], ...] = ()
+    make_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __call__(self) -> Env:
+        """Build the env, as `make(spec.id, wrappers=..., **make_kwargs)` would."""
+        kw = dict(self.make_kwargs)
+        tools, mcp, options = (
+            kw.pop("tools", None),
+            kw.pop("mcp", None),
+            kw.pop("tool_options", None),
+        )
+        return _assemble(self.spec, self.wrappers, tools, mcp, options, kw)
 
 
 def make_vec(
@@ -312,27 +346,38 @@ def make_vec(
     mode: str = "async",
     autoreset_mode: str = "next_step",
     max_concurrency: int | None = None,
+    num_workers: int | None = None,
     **kwargs: Any,
 ) -> VectorEnv:
-    """Build `num_envs` copies of an env in a vector: mode `sync`, `async` or `ray`."""
+    """Build `num_envs` copies of an env in a vector: mode `sync`, `async`, `process` or `ray`.
+
+    `num_workers` sets the worker processes (`process`) or actors (`ray`); the default is
+    one per core. Other keyword arguments go to `make` (tools, tool options, env arguments).
+    """
     from gemkit.vector import AsyncVectorEnv, SyncVectorEnv
 
-    env_spec = spec(env_id)
-
-    def factory() -> Env:
-        return make(env_spec.id, wrappers=wrappers, **kwargs)
-
+    if mode not in VECTOR_MODES:
+        raise ValueError(f"unknown vector mode {mode!r}; expected one of {VECTOR_MODES}")
+    if num_workers is not None and mode in ("sync", "async"):
+        raise ValueError(f"num_workers is for the process and ray modes, not {mode!r}")
+    factory = EnvFactory(spec(env_id), tuple(wrappers), kwargs)
+    fns = [factory] * num_envs
     if mode == "sync":
-        return SyncVectorEnv([factory] * num_envs, autoreset_mode=autoreset_mode)
+        return SyncVectorEnv(fns, autoreset_mode=autoreset_mode)
     if mode == "async":
-        return AsyncVectorEnv(
-            [factory] * num_envs, autoreset_mode=autoreset_mode, max_concurrency=max_concurrency
-        )
-    if mode == "ray":
-        from gemkit.vector.ray import RayVectorEnv
+        return AsyncVectorEnv(fns, autoreset_mode=autoreset_mode, max_concurrency=max_concurrency)
+    if mode == "process":
+        from gemkit.vector.process import ProcessVectorEnv
 
-        return RayVectorEnv([factory] * num_envs, autoreset_mode=autoreset_mode)
-    raise ValueError(f"unknown vector mode {mode!r}; expected 'sync', 'async' or 'ray'")
+        return ProcessVectorEnv(
+            fns,
+            autoreset_mode=autoreset_mode,
+            max_concurrency=max_concurrency,
+            num_workers=num_workers,
+        )
+    from gemkit.vector.ray import RayVectorEnv
+
+    return RayVectorEnv(fns, autoreset_mode=autoreset_mode, num_workers=num_workers)
 
 
 POLICIES = ("expert", "random", "llm")

@@ -2,6 +2,14 @@
 
 from gemkit.vector.aio import AsyncVectorEnv
 from gemkit.vector.base import AUTORESET_MODES, VectorEnv, VectorStep
+from gemkit.vector.process import ProcessVectorEnv
 from gemkit.vector.sync import SyncVectorEnv
 
-__all__ = ["AUTORESET_MODES", "AsyncVectorEnv", "SyncVectorEnv", "VectorEnv", "VectorStep"]
+__all__ = [
+    "AUTORESET_MODES",
+    "AsyncVectorEnv",
+    "ProcessVectorEnv",
+    "SyncVectorEnv",
+    "VectorEnv",
+    "VectorStep",
+]

@@ -2,8 +2,9 @@
 
 Each slot's work is a small generator that *asks* for env calls (`("reset", seed, options)` or
 `("step", action)`) and receives their results or exceptions; the sync, asyncio and Ray vectors
-only differ in how they carry those calls out (`drive_sync` here; rounds of one `gather` or one
-batched actor call there). The semantics therefore live in one place.
+only differ in how they carry those calls out (`drive_sync` here; one task per slot on an event
+loop, or rounds of one batched actor call, there), and the process vector runs an asyncio one in
+each worker. The semantics therefore live in one place.
 """
 
 from __future__ import annotations
@@ -71,23 +72,31 @@ class VectorEnv:
       the step that ended it; `info["final_obs"]` and `info["final_info"]` keep the last ones.
       `disabled`: the slot stays done until `reset(indices=[i])`; stepping it reports an error.
     - An env that raises marks only its own slot: `info["error"]`, `truncated=True`, and it is
-      reset like any finished episode. A `reset()` in which every slot asked fails raises
+      reset like any finished episode. A slot whose reset failed is reset again at its next
+      step (unless autoreset is `disabled`). A `reset()` in which every slot asked fails raises
       `VectorEnvError` with each slot's error: there is no observation to return.
     """
 
     def __init__(self, env_fns: Sequence[Callable[[], Any]], *, autoreset_mode: str = "next_step"):
+        self._init_slots(len(env_fns), autoreset_mode)
+        self.envs = [fn() for fn in env_fns]
+        self._closed = False
+
+    def _init_slots(self, num_envs: int, autoreset_mode: str) -> None:
+        """Check the arguments and set up the per-slot state (a vector whose envs live
+        elsewhere, in workers or actors, calls this instead of building them here)."""
         if autoreset_mode not in AUTORESET_MODES:
             raise VectorEnvError(
                 f"unknown autoreset_mode {autoreset_mode!r}; expected one of {AUTORESET_MODES}"
             )
-        if not env_fns:
+        if num_envs < 1:
             raise VectorEnvError("a vector env needs at least one env")
         self.autoreset_mode = autoreset_mode
-        self.envs = [fn() for fn in env_fns]
-        self.num_envs = len(self.envs)
-        self._last_obs = [""] * self.num_envs
-        self._done = [False] * self.num_envs
-        self._closed = False
+        self.num_envs = num_envs
+        self.envs: list[Any] = []
+        self._last_obs: list[Any] = [""] * num_envs
+        self._done = [False] * num_envs
+        self._order = list(range(num_envs))  # the slots, for results that come in this order
 
     # -- slot semantics -------------------------------------------------------------------
 
@@ -112,24 +121,54 @@ class VectorEnv:
         self._last_obs[i] = obs
         return obs, info
 
+    def _first_request(self, i: int, action: Any) -> Request | None:
+        """The request `_step_slot(i, action)` makes first (None: it needs no env call).
+
+        A slot whose episode runs (not done) always asks to step its env with the action. The
+        generator does nothing before this request, so a vector may carry it out first and run
+        the generator once the answer is in, or, for the common answer, not at all
+        (`_stepped`).
+        """
+        if not self._done[i]:
+            return ("step", action)
+        if self.autoreset_mode == "disabled":
+            return None
+        # next_step: the episode ended last step; same_step: its reset failed (or its worker
+        # process was lost), so there is no episode to step: reset it now
+        return ("reset", None, None)
+
+    def _stepped(self, i: int, out: Any) -> SlotResult | None:
+        """The result of running slot `i`'s step answered with `out` when its episode goes on
+        (the slot's state recorded), else None: the episode ended, the rest of `_step_slot`
+        applies. An answer that is not a 5-tuple raises (`_step_slot` reports it)."""
+        obs, reward, terminated, truncated, info = out
+        if terminated or truncated:
+            return None
+        self._last_obs[i] = obs
+        return obs, float(reward), False, False, info
+
     def _step_slot(self, i: int, action: Any) -> SlotGen:
-        mode = self.autoreset_mode
-        if self._done[i]:
-            if mode == "next_step":
-                obs, info = yield from self._reset_slot(i, None, None)
-                return obs, 0.0, False, False, info
-            if mode == "disabled":
-                info = {"error": f"env {i} has finished its episode; call reset(indices=[{i}])"}
-                return self._last_obs[i], 0.0, False, False, info
+        first = self._first_request(i, action)
+        if first is None:
+            info = {"error": f"env {i} has finished its episode; call reset(indices=[{i}])"}
+            return self._last_obs[i], 0.0, False, False, info
+        if first[0] == "reset":
+            obs, info = yield from self._reset_slot(i, None, None)
+            return obs, 0.0, False, False, info
         try:
-            obs, reward, terminated, truncated, info = yield ("step", action)
+            out = yield first
+            result = self._stepped(i, out)  # a malformed answer lands below too
         except Exception as e:  # noqa: BLE001 - isolate the slot
             obs, reward, terminated, truncated = self._last_obs[i], 0.0, False, True
             info = {"error": _error_text(e)}
-        done = bool(terminated or truncated)
+        else:
+            if result is not None:  # the episode goes on
+                return result
+            obs, reward, terminated, truncated, info = out
+        # the episode is over (it ended, or the env raised)
         self._last_obs[i] = obs
-        self._done[i] = done
-        if done and mode == "same_step":
+        self._done[i] = True
+        if self.autoreset_mode == "same_step":
             new_obs, new_info = yield from self._reset_slot(i, None, None)
             final_info = info
             info = {**new_info, "final_obs": obs, "final_info": final_info}
@@ -137,6 +176,23 @@ class VectorEnv:
                 info.setdefault("error", final_info["error"])
             obs = new_obs
         return obs, float(reward), bool(terminated), bool(truncated), info
+
+    def _step_sync(self, i: int, action: Any, env: Any) -> SlotResult:
+        """Slot `i`'s step with the env's sync `step`: the common answer (the episode goes
+        on) taken by `_stepped` with no generator, any other through `_step_slot`."""
+        if self._done[i]:
+            return drive_sync(self._step_slot(i, action), env)
+        try:  # a running slot asks first to step its env (`_first_request`)
+            out = env.step(action)
+        except Exception as e:  # noqa: BLE001 - handed to the slot
+            return drive_sync(self._step_slot(i, action), env, (e, True))
+        try:
+            result = self._stepped(i, out)
+        except Exception:  # noqa: BLE001 - a malformed answer: the generator reports it
+            result = None
+        if result is None:
+            return drive_sync(self._step_slot(i, action), env, (out, False))
+        return result
 
     def _plan_step(self, actions: Sequence[Any] | Mapping[int, Any]) -> dict[int, Any]:
         if self._closed:
@@ -165,14 +221,17 @@ class VectorEnv:
 
     def _collect_step(self, results: dict[int, SlotResult]) -> VectorStep:
         n = self.num_envs
-        if len(results) == n:  # every slot stepped: build the columns in one pass each
-            rows = [results[i] for i in range(n)]
-            obs = [r[0] for r in rows]
-            infos = [r[4] for r in rows]
-            rewards = np.fromiter((r[1] for r in rows), dtype=np.float64, count=n)
-            terminated = np.fromiter((r[2] for r in rows), dtype=bool, count=n)
-            truncated = np.fromiter((r[3] for r in rows), dtype=bool, count=n)
-            return VectorStep(obs, rewards, terminated, truncated, infos)
+        if len(results) == n:  # every slot stepped: transpose the rows into columns
+            in_order = list(results) == self._order
+            rows = results.values() if in_order else [results[i] for i in range(n)]
+            obs, rewards, terminated, truncated, infos = zip(*rows, strict=True)
+            return VectorStep(
+                list(obs),
+                np.array(rewards, dtype=np.float64),
+                np.array(terminated, dtype=bool),
+                np.array(truncated, dtype=bool),
+                list(infos),
+            )
         obs, infos = list(self._last_obs), [{"skipped": True} for _ in range(n)]
         rewards = np.zeros(n, dtype=np.float64)
         terminated = np.zeros(n, dtype=bool)
@@ -214,11 +273,24 @@ class VectorEnv:
         indices: Sequence[int] | None = None,
     ) -> tuple[list[str], list[dict[str, Any]]]:
         """Reset every env (or `indices`); return observations and infos for all slots."""
-        return self._collect_reset(self._drive(self._reset_gens(seed, options, indices)))
+        return self._collect_reset(self._reset_results(seed, options, indices))
 
     def step(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
         """Step every env (list) or a subset (dict index → action)."""
-        return self._collect_step(self._drive(self._step_gens(actions)))
+        return self._collect_step(self._step_results(actions))
+
+    def _reset_results(
+        self,
+        seed: int | Sequence[int | None] | None,
+        options: dict[str, Any] | None,
+        indices: Sequence[int] | None,
+    ) -> dict[int, tuple[str, dict[str, Any]]]:
+        """Each asked slot's `(obs, info)`, slot state updated; nothing raised for failures."""
+        return self._drive(self._reset_gens(seed, options, indices))
+
+    def _step_results(self, actions: Sequence[Any] | Mapping[int, Any]) -> dict[int, SlotResult]:
+        """Each stepped slot's 5-tuple, slot state (autoreset, errors) updated."""
+        return self._drive(self._step_gens(actions))
 
     async def areset(
         self,
@@ -228,11 +300,26 @@ class VectorEnv:
         indices: Sequence[int] | None = None,
     ) -> tuple[list[str], list[dict[str, Any]]]:
         """Async twin of `reset`."""
-        return self._collect_reset(await self._adrive(self._reset_gens(seed, options, indices)))
+        return self._collect_reset(await self._areset_results(seed, options, indices))
 
     async def astep(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
         """Async twin of `step`."""
-        return self._collect_step(await self._adrive(self._step_gens(actions)))
+        return self._collect_step(await self._astep_results(actions))
+
+    async def _areset_results(
+        self,
+        seed: int | Sequence[int | None] | None,
+        options: dict[str, Any] | None,
+        indices: Sequence[int] | None,
+    ) -> dict[int, tuple[str, dict[str, Any]]]:
+        """Async twin of `_reset_results`."""
+        return await self._adrive(self._reset_gens(seed, options, indices))
+
+    async def _astep_results(
+        self, actions: Sequence[Any] | Mapping[int, Any]
+    ) -> dict[int, SlotResult]:
+        """Async twin of `_step_results`."""
+        return await self._adrive(self._step_gens(actions))
 
     def _reset_gens(
         self,
@@ -271,10 +358,16 @@ class VectorEnv:
             self.close()
 
 
-def drive_sync(gen: SlotGen, env: Any) -> Any:
-    """Carry out a slot's requests with the env's sync methods."""
+def drive_sync(gen: SlotGen, env: Any, answered: tuple[Any, bool] | None = None) -> Any:
+    """Carry out a slot's requests with the env's sync methods.
+
+    `answered`: `(answer, raised)` of its first request, already carried out by the caller.
+    """
     try:
         request = next(gen)
+        if answered is not None:
+            answer, raised = answered
+            request = gen.throw(answer) if raised else gen.send(answer)
         while True:
             try:
                 if request[0] == "step":

@@ -115,16 +115,12 @@ class RayVectorEnv(VectorEnv):
         start_timeout_s: float = 60.0,
         restart_wait_s: float = 30.0,
     ):
-        # the base constructor builds envs here; this one builds them in the actors
-        super().__init__([lambda: None], autoreset_mode=autoreset_mode)
-        if not env_fns:
-            raise VectorEnvError("a vector env needs at least one env")
+        # the envs are built in the actors, not here
+        self._init_slots(len(env_fns), autoreset_mode)
+        self._closed = False
         ray = ensure_ray(address)
         self.restart_wait_s = restart_wait_s
-        self.num_envs = n = len(env_fns)
-        self._last_obs = [""] * n
-        self._done = [False] * n
-        self.envs = []
+        n = self.num_envs
         options = {"num_cpus": 1, "max_restarts": 1, **(actor_options or {})}
         if num_workers is None:
             per = options["num_cpus"] or 1

@@ -1,16 +1,25 @@
-"""Vector envs: autoreset modes, seeding, subset stepping, error isolation, concurrency."""
+"""Vector envs: autoreset modes, seeding, subset stepping, error isolation, concurrency.
+
+The slot rules are checked in every local mode: sync, async, and process (two worker
+processes, so the slots of one test span both).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import sys
 
+import cloudpickle
 import numpy as np
 import pytest
 
 import gemkit
 from gemkit.core import Env
 from gemkit.errors import VectorEnvError
-from gemkit.vector import AsyncVectorEnv, SyncVectorEnv
+from gemkit.vector import AsyncVectorEnv, ProcessVectorEnv, SyncVectorEnv
+
+# the envs below live in this test module, which worker processes cannot import by name
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 
 class Counter(Env):
@@ -51,10 +60,12 @@ def vec(kind, n=3, mode="next_step", env=Counter, **kw):
     fns = [lambda: env(length=2, **kw)] * n
     if kind == "sync":
         return SyncVectorEnv(fns, autoreset_mode=mode)
+    if kind == "process":
+        return ProcessVectorEnv(fns, autoreset_mode=mode, num_workers=2)
     return AsyncVectorEnv(fns, autoreset_mode=mode)
 
 
-KINDS = ["sync", "async"]
+KINDS = ["sync", "async", "process"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -149,11 +160,13 @@ def test_same_seeds_same_episodes_in_every_mode():
         return out
 
     runs = [
-        trace(SyncVectorEnv([lambda: Counter(length=2)] * 4)),
-        trace(AsyncVectorEnv([lambda: Counter(length=2)] * 4)),
-        trace(AsyncVectorEnv([lambda: SlowCounter(length=2)] * 4)),
+        trace(SyncVectorEnv([lambda: Counter(length=2)] * 5)),
+        trace(AsyncVectorEnv([lambda: Counter(length=2)] * 5)),
+        trace(AsyncVectorEnv([lambda: SlowCounter(length=2)] * 5)),
+        trace(ProcessVectorEnv([lambda: Counter(length=2)] * 5, num_workers=2)),
+        trace(ProcessVectorEnv([lambda: SlowCounter(length=2)] * 5, num_workers=3)),
     ]
-    assert runs[0] == runs[1] == runs[2]
+    assert all(run == runs[0] for run in runs)
 
 
 def test_async_vector_overlaps_io_bound_envs():
@@ -297,3 +310,85 @@ def test_bad_vector_arguments_have_clear_messages():
         gemkit.make_vec("game:GuessTheNumber-v0-easy", 2, mode="threads")
     with pytest.raises(VectorEnvError, match="seeds"):
         SyncVectorEnv([Counter] * 2).reset(seed=[1, 2, 3])
+
+
+class FlakyReset(Counter):
+    """Its reset raises while the file named by `fail_path` exists (read in any process)."""
+
+    def __init__(self, length: int = 2, fail_path: str = ""):
+        super().__init__(length=length)
+        self.fail_path = fail_path
+
+    def reset(self, *, seed=None, options=None):
+        import os
+
+        if os.path.exists(self.fail_path):
+            raise RuntimeError("reset failed")
+        return super().reset(seed=seed, options=options)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_same_step_slot_whose_reset_failed_resets_at_its_next_step(kind, tmp_path):
+    flag = tmp_path / "fail"
+    v = vec(kind, n=2, mode="same_step", env=FlakyReset, fail_path=str(flag))
+    v.reset(seed=0)
+    v.step(["a", "a"])
+    flag.touch()
+    obs, rew, term, trunc, infos = v.step(["b", "b"])  # ends the episode; its reset fails
+    assert list(term) == [True, True] and "reset failed" in infos[0]["error"]
+    assert obs[0] == "t=2 a=b"
+    flag.unlink()
+    # there is no episode to step: the slot resets instead, its action ignored
+    obs, rew, term, trunc, infos = v.step(["c", "c"])
+    assert obs[0].startswith("start ") and list(rew) == [0.0, 0.0] and "error" not in infos[0]
+    obs, *_ = v.step(["d", "d"])
+    assert obs[0] == "t=1 a=d"
+
+
+class Odd(Counter):
+    """Answers 'short' with a 4-tuple and 'numpy' with numpy values (through step and astep)."""
+
+    def step(self, action):
+        if action == "short":
+            return "short", 0.0, False, False
+        if action == "numpy":
+            self.t += 1
+            return "np", np.float32(0.5), np.bool_(False), np.bool_(False), {"t": self.t}
+        return super().step(action)
+
+
+class AsyncOdd(Odd):
+    async def astep(self, action):
+        await asyncio.sleep(0)
+        return self.step(action)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("env", [Odd, AsyncOdd])
+def test_malformed_and_numpy_answers_are_handled_alike_in_every_mode(kind, env):
+    v = vec(kind, n=3, env=env)
+    v.reset(seed=0)
+    obs, rew, term, trunc, infos = v.step(["short", "numpy", "a"])
+    assert "not enough values to unpack" in infos[0]["error"] and trunc[0]
+    assert obs[1] == "np" and rew[1] == 0.5 and infos[1] == {"t": 1} and not term[1]
+    assert obs[2] == "t=1 a=a"
+    assert rew.dtype == np.float64 and term.dtype == bool
+    obs, *_ = v.step(["a", "a", "a"])  # the broken slot resets, the others go on
+    assert obs[0].startswith("start ") and obs[1:] == ["t=2 a=a", "t=2 a=a"]
+
+
+@pytest.mark.parametrize("mode", ["next_step", "same_step", "disabled"])
+def test_first_request_is_what_the_slot_generator_asks_first(mode):
+    v = SyncVectorEnv([lambda: Counter(length=1)] * 2, autoreset_mode=mode)
+    v.reset(seed=0)
+    v.step(["a", "a"])  # both episodes end (same_step: and restart)
+    v._done[1] = not v._done[1]
+    for i in range(2):
+        first = v._first_request(i, "x")
+        gen = v._step_slot(i, "x")
+        if first is None:
+            with pytest.raises(StopIteration):
+                next(gen)
+        else:
+            assert next(gen) == first
+        gen.close()

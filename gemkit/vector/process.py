@@ -1,0 +1,356 @@
+"""`ProcessVectorEnv`: the vector API with its envs in worker processes, one event loop each.
+
+The async vector overlaps waiting, not computing: graders (sympy, math-verify, reasoning-gym
+scorers, toolworld verifiers) run on one core however many envs wait. This vector splits its
+slots into contiguous blocks over `num_workers` processes (default: one per core this process
+may run on); each worker steps its block in an `AsyncVectorEnv` of its own (its own event loop),
+so CPU-bound envs use every core and I/O-bound ones still overlap within each worker. One
+vector call is one message to each worker concerned and one reply back, whatever the
+autoreset mode; the protocol is in `gemkit.vector.worker`.
+
+Slot semantics are those of `gemkit.vector.base`, run in the worker for its envs. The driver
+keeps a mirror of each slot's last observation and done flag (from the replies), so that when
+a worker process dies (a segfault, the OOM killer, `kill -9`) it answers for that worker's
+slots with the same rules an env error follows (`info["error"]`, `truncated=True`; in
+`same_step` mode the reset that follows fails too), marks all of its slots done, and starts a
+replacement whose envs reset on their next step. Starting, watching and ending the worker
+processes is `gemkit.vector.pool`'s job.
+
+Not covered here: more than one machine (`gemkit.vector.ray.RayVectorEnv`).
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from gemkit.errors import VectorEnvError
+from gemkit.vector.base import SlotResult, VectorEnv, VectorStep, drive_sync
+from gemkit.vector.pool import PROTOCOL, Pool, Reply, WorkerLost
+from gemkit.vector.worker import encode
+
+#: seconds a worker may take to build its envs (imports included) before it counts as lost
+START_TIMEOUT_S = 120.0
+
+
+def default_workers() -> int:
+    """How many cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+class _Dead:
+    """Stands in for the envs of a lost worker: every call raises the loss."""
+
+    def __init__(self, error: WorkerLost):
+        self.error = error
+
+    def step(self, action: Any) -> Any:
+        raise self.error
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+        raise self.error
+
+
+def _dumps_factories(fns: Sequence[Callable[[], Any]], first: int) -> bytes:
+    """The block's env factories as bytes a fresh process can load (cloudpickle: lambdas and
+    closures travel by value)."""
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(list(fns), protocol=PROTOCOL)
+    except Exception as e:
+        which = f"env {first}" if len(fns) == 1 else f"envs {first}-{first + len(fns) - 1}"
+        raise VectorEnvError(
+            f"the env factories of {which} cannot be sent to a worker process "
+            f"({type(e).__name__}: {e}); make them from picklable parts (a class, a "
+            "module-level function, functools.partial, gemkit.make_vec(..., mode='process'))"
+        ) from None
+
+
+class ProcessVectorEnv(VectorEnv):
+    """A vector env whose envs run in `num_workers` processes, each on its own event loop.
+
+    For CPU-bound envs (graders, verifiers, simulators): with `num_workers` cores they step up
+    to `num_workers` times as fast as in one process. Same API, seeds, autoreset and error
+    isolation as `AsyncVectorEnv`; `envs` is empty (the envs live in the workers).
+
+    - `num_workers`: processes (default: the cores this process may run on; at most one per
+      env). Worker *k* holds a contiguous block of slots.
+    - `max_concurrency`: bounds async env calls in flight, split over the workers (at least
+      one each).
+    - The env factories travel by cloudpickle (lambdas and closures too) to fresh interpreters;
+      the caller's script is not run again there, so it needs no `__main__` guard. A worker
+      has built its envs when the constructor returns (`start_timeout_s` each, at most).
+    - A worker process that dies marks each slot it holds: `info["error"]` names it and its
+      exit (a signal, a code), and a replacement is started at once; those slots reset on their
+      next step. `close()` (also run on garbage collection and at interpreter exit) closes every
+      env and ends the workers; none outlives the driver.
+    """
+
+    def __init__(
+        self,
+        env_fns: Sequence[Callable[[], Any]],
+        *,
+        autoreset_mode: str = "next_step",
+        num_workers: int | None = None,
+        max_concurrency: int | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+    ):
+        self._init_slots(len(env_fns), autoreset_mode)
+        if num_workers is not None and num_workers < 1:
+            raise VectorEnvError(f"num_workers must be >= 1 or None, got {num_workers}")
+        if max_concurrency is not None and max_concurrency < 1:
+            raise VectorEnvError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
+        n = self.num_envs
+        self.num_workers = w = min(num_workers or default_workers(), n)
+        self.max_concurrency = max_concurrency
+        self._bounds = bounds = [(k * n // w, (k + 1) * n // w) for k in range(w)]
+        self._owner = [k for k, (lo, hi) in enumerate(bounds) for _ in range(lo, hi)]
+        fns = list(env_fns)
+        payloads = [_dumps_factories(fns[lo:hi], lo) for lo, hi in bounds]
+        settings = [
+            {"autoreset_mode": autoreset_mode, "max_concurrency": _share(max_concurrency, w, k)}
+            for k in range(w)
+        ]
+        self._pool = pool = Pool(bounds, payloads, settings, start_timeout_s)
+        # stops the workers on close(), on garbage collection and at interpreter exit
+        self._finalizer = weakref.finalize(self, pool.stop)
+        try:
+            pool.start(list(range(w)))
+            started = pool.collect(list(range(w)), self._apply)
+        except BaseException:
+            self._finalizer()
+            raise
+        failed = [v for v in started.values() if isinstance(v, WorkerLost)]
+        if failed:
+            self._finalizer()
+            raise VectorEnvError(str(failed[0]).split(";")[0])
+        self._closed = False
+
+    # -- one call: messages out, replies in -------------------------------------------------
+
+    def _apply(self, k: int, reply: Reply) -> None:
+        """Update the mirror of worker `k`'s slots from one of its replies."""
+        lo, hi = self._bounds[k]
+        keys, obs, done = reply[1], reply[2], reply[7]
+        if keys is None:
+            self._last_obs[lo:hi] = obs
+            self._done[lo:hi] = done
+        else:
+            for key, o, d in zip(keys, obs, done, strict=True):
+                self._last_obs[lo + key] = o
+                self._done[lo + key] = d
+
+    def _encode(self, msgs: dict[int, tuple[Any, ...]]) -> dict[int, bytes]:
+        try:
+            return {k: encode(m) for k, m in msgs.items()}
+        except Exception as e:
+            raise VectorEnvError(
+                f"actions and reset options must pickle to reach the worker processes "
+                f"({type(e).__name__}: {e})"
+            ) from None
+
+    def _exchange(self, msgs: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
+        data = self._encode(msgs)
+        pool = self._pool
+        owing = pool.owing()
+        if owing:  # replies of an interrupted call (applied, then dropped), a ready message
+            pool.collect(owing, self._apply)
+        out: dict[int, Any] = pool.send_all(data)
+        out.update(pool.collect([k for k in data if k not in out], self._apply))
+        return out
+
+    async def _aexchange(self, msgs: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
+        data = self._encode(msgs)
+        pool = self._pool
+        owing = pool.owing()
+        if owing:  # replies of an interrupted call (applied, then dropped), a ready message
+            await pool.acollect(owing, self._apply)
+        out: dict[int, Any] = pool.send_all(data)
+        out.update(await pool.acollect([k for k in data if k not in out], self._apply))
+        return out
+
+    def _revive(self, replies: dict[int, Any]) -> None:
+        """Start a replacement for each lost worker; its slots count as finished episodes.
+        Then raise what a worker reported outside every env (a bug), if any."""
+        for k, reply in replies.items():
+            if isinstance(reply, WorkerLost):
+                lo, hi = self._bounds[k]
+                self._done[lo:hi] = [True] * (hi - lo)
+                self._pool.start([k], {k: (self._done[lo:hi], self._last_obs[lo:hi])})
+        for k, reply in replies.items():
+            if isinstance(reply, tuple) and reply[0] == "error":
+                raise VectorEnvError(f"worker process {k} failed: {reply[1]}")
+
+    # -- step -----------------------------------------------------------------------------
+
+    def _step_plan(
+        self, actions: Sequence[Any] | Mapping[int, Any]
+    ) -> tuple[Sequence[Any] | dict[int, Any], dict[int, tuple[Any, ...]]]:
+        """The action of each slot stepped (a list when all are), and each worker's message."""
+        if isinstance(actions, list) and len(actions) == self.num_envs and not self._closed:
+            # the usual call: every slot, in order; no dict of the plan needed
+            return actions, {k: ("step", actions[lo:hi]) for k, (lo, hi) in enumerate(self._bounds)}
+        plan = self._plan_step(actions)  # checks the call; says what is wrong with it
+        if len(plan) == self.num_envs:
+            return plan, {
+                k: ("step", [plan[i] for i in range(lo, hi)])
+                for k, (lo, hi) in enumerate(self._bounds)
+            }
+        parts: dict[int, dict[int, Any]] = {}
+        for i, a in plan.items():
+            k = self._owner[i]
+            parts.setdefault(k, {})[i - self._bounds[k][0]] = a
+        return plan, {k: ("step", part) for k, part in parts.items()}
+
+    def _step_out(
+        self, plan: Sequence[Any] | dict[int, Any], replies: dict[int, Any]
+    ) -> VectorStep:
+        if len(plan) == self.num_envs and _all_ok(replies):
+            # every slot stepped, every worker answered: join the columns
+            obs: list[Any] = []
+            rewards: list[float] = []
+            terminated: list[bool] = []
+            truncated: list[bool] = []
+            infos: list[dict[str, Any]] = []
+            for k in range(self.num_workers):
+                _, _, o, r, te, tr, info, _ = replies[k]
+                obs += o
+                rewards += r
+                terminated += te
+                truncated += tr
+                infos += info
+            return VectorStep(
+                obs,
+                np.array(rewards, dtype=np.float64),
+                np.array(terminated, dtype=bool),
+                np.array(truncated, dtype=bool),
+                infos,
+            )
+        rows = self._step_rows(plan, replies)
+        self._revive(replies)
+        return self._collect_step(rows)
+
+    def _step_rows(
+        self, plan: Sequence[Any] | dict[int, Any], replies: dict[int, Any]
+    ) -> dict[int, SlotResult]:
+        results: dict[int, SlotResult] = {}
+        for k, r in replies.items():
+            lo, hi = self._bounds[k]
+            if isinstance(r, WorkerLost):  # the slots' rules, run here on their mirror
+                for i in range(lo, hi):
+                    if isinstance(plan, list) or i in plan:
+                        results[i] = drive_sync(self._step_slot(i, plan[i]), _Dead(r))
+                continue
+            if r[0] != "ok":
+                continue
+            keys = range(hi - lo) if r[1] is None else r[1]
+            for j, key in enumerate(keys):
+                results[lo + key] = (r[2][j], r[3][j], r[4][j], r[5][j], r[6][j])
+        return results
+
+    def step(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
+        """Step every env (list) or a subset (dict index → action), in the workers."""
+        plan, msgs = self._step_plan(actions)
+        return self._step_out(plan, self._exchange(msgs))
+
+    async def astep(self, actions: Sequence[Any] | Mapping[int, Any]) -> VectorStep:
+        """`step` that awaits the workers without blocking the running event loop."""
+        plan, msgs = self._step_plan(actions)
+        return self._step_out(plan, await self._aexchange(msgs))
+
+    # -- reset ----------------------------------------------------------------------------
+
+    def _reset_msgs(
+        self,
+        seed: int | Sequence[int | None] | None,
+        options: dict[str, Any] | None,
+        indices: Sequence[int] | None,
+    ) -> tuple[dict[int, int | None], dict[int, tuple[Any, ...]]]:
+        plan = self._plan_reset(seed, indices)
+        seeds = self._seeds(seed)
+        asked: dict[int, list[int]] = {}
+        for i in plan:
+            k = self._owner[i]
+            asked.setdefault(k, []).append(i - self._bounds[k][0])
+        msgs = {}
+        for k, local in asked.items():
+            lo, hi = self._bounds[k]
+            whole = indices is None
+            msgs[k] = ("reset", seeds[lo:hi], options, None if whole else local)
+        return plan, msgs
+
+    def _reset_out(
+        self, plan: dict[int, int | None], options: dict[str, Any] | None, replies: dict[int, Any]
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        results: dict[int, tuple[str, dict[str, Any]]] = {}
+        for k, r in replies.items():
+            lo, hi = self._bounds[k]
+            if isinstance(r, WorkerLost):
+                for i in range(lo, hi):
+                    if i in plan:
+                        results[i] = drive_sync(self._reset_slot(i, plan[i], options), _Dead(r))
+                continue
+            if r[0] != "ok":
+                continue
+            keys = range(hi - lo) if r[1] is None else r[1]
+            for j, key in enumerate(keys):
+                results[lo + key] = (r[2][j], r[6][j])
+        self._revive(replies)
+        return self._collect_reset(results)
+
+    def reset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        indices: Sequence[int] | None = None,
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """Reset every env (or `indices`) in the workers; observations and infos for all."""
+        plan, msgs = self._reset_msgs(seed, options, indices)
+        return self._reset_out(plan, options, self._exchange(msgs))
+
+    async def areset(
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+        indices: Sequence[int] | None = None,
+    ) -> tuple[list[str], list[dict[str, Any]]]:
+        """`reset` that awaits the workers without blocking the running event loop."""
+        plan, msgs = self._reset_msgs(seed, options, indices)
+        return self._reset_out(plan, options, await self._aexchange(msgs))
+
+    def _drive(self, gens: dict[int, Any]) -> dict[int, Any]:
+        raise VectorEnvError("a ProcessVectorEnv steps its envs in its workers")
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every env in the workers and end the worker processes."""
+        if getattr(self, "_closed", True):
+            return
+        self._closed = True
+        self._finalizer()
+
+
+def _all_ok(replies: dict[int, Any]) -> bool:
+    """Whether every worker answered its call (no loss, no error)."""
+    for r in replies.values():
+        if type(r) is not tuple or r[0] != "ok":
+            return False
+    return True
+
+
+def _share(limit: int | None, workers: int, k: int) -> int | None:
+    """Worker `k`'s part of a concurrency limit split over `workers` (at least 1)."""
+    if limit is None:
+        return None
+    return max(1, limit // workers + (k < limit % workers))
