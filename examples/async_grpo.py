@@ -67,7 +67,8 @@ from rich.progress import Progress
 import gemkit
 from gemkit.errors import GemkitError
 from gemkit.llm import LLMClient, TokenBatcher, TokenPolicy
-from gemkit.llm.sampling import SamplingError, SamplingParams, logprobs_kind, trainable
+from gemkit.llm.sampling import SamplingError, SamplingParams, trainable
+from gemkit.llm.token_policy import logprobs_kind
 from gemkit.rl import batch_returns, grpo_advantages
 from gemkit.rollout import Episode, run_episode
 from gemkit.serving import auth_headers, resolve_token

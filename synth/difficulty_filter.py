@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from gemkit.core import areset_of, astep_of
+from gemkit.episode_shape import TOOL_FORMATS, chat_policy, chat_wrappers, wrapped
 from gemkit.errors import GemkitError
-from gemkit.llm.episode_shape import TOOL_FORMATS, chat_policy, chat_wrappers, wrapped
 from gemkit.records.qa import QARecord
 from gemkit.records.tasks import TaskRecord
 from gemkit.rollout import Episode, run_episode
@@ -362,7 +362,7 @@ async def _play_all(
 
 def make_env(data: Dataset, mode: str, tool_format: str = "text") -> Any:
     """An env of the dataset in `mode`, played in the shape `gemkit eval` plays a model in
-    (`gemkit.llm.episode_shape`): a chat whose tool results are `tool` messages, the tools
+    (`gemkit.episode_shape`): a chat whose tool results are `tool` messages, the tools
     offered once (as text, or natively as `tools=`), the mode's system prompt first."""
     env = data.make_env(mode == "tools")
     return wrapped(env, chat_wrappers(tool_format, system_prompt=SYSTEM[mode]))

@@ -12,8 +12,8 @@ from rich.table import Table
 
 from gemkit.cli.arguments import add_run_folder, add_timeout_option, positive
 from gemkit.cli.console import console, heartbeat
+from gemkit.episode_shape import CONTEXTS, TOOL_FORMATS
 from gemkit.errors import GemkitError
-from gemkit.llm.episode_shape import CONTEXTS, TOOL_FORMATS
 
 #: the reply bound `--max-tokens` defaults to (gemkit.llm.client.DEFAULT_MAX_TOKENS)
 MAX_TOKENS = 2048
@@ -114,7 +114,7 @@ def _check_endpoint(args: argparse.Namespace) -> None:
 
 
 def _wrappers(args: argparse.Namespace, client: Any, counter: Any = None) -> list:
-    from gemkit.llm.episode_shape import chat_wrappers
+    from gemkit.episode_shape import chat_wrappers
 
     return chat_wrappers(
         args.tool_format,
@@ -203,8 +203,8 @@ def _without_credentials(url: str) -> str:
 
 
 async def _main(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    from gemkit.episode_shape import chat_policy
     from gemkit.evaluate import evaluate
-    from gemkit.llm.episode_shape import chat_policy
     from gemkit.registry import check_policy, make_policy
 
     for env_id in args.env_ids:  # every id and policy is checked before any episode is played

@@ -12,7 +12,7 @@ from gemkit.cli.arguments import (
     refuse_unless_resume,
 )
 from gemkit.cli.console import console
-from gemkit.llm.episode_shape import TOOL_FORMATS
+from gemkit.episode_shape import TOOL_FORMATS
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -9,8 +9,6 @@ from gemkit.llm.client import LLMError as LLMError
 from gemkit.llm.client import Message as Message
 from gemkit.llm.client import ToolCall as ToolCall
 from gemkit.llm.client import Usage as Usage
-from gemkit.llm.episode_shape import chat_policy as chat_policy
-from gemkit.llm.episode_shape import chat_wrappers as chat_wrappers
 from gemkit.llm.sampled import SampledTokens as SampledTokens
 from gemkit.llm.sampled import SampledTokensError as SampledTokensError
 from gemkit.llm.sampling import SamplingError as SamplingError

@@ -8,8 +8,8 @@ from typing import Any
 
 from gemkit.llm.client import ChatResponse, LLMClient, LLMError, ToolCall, Usage
 from gemkit.llm.sampled import VLLM_CHAT_TOKEN_FIELDS
-from gemkit.llm.sampling import SamplingParams, logprobs_kind
-from gemkit.llm.token_policy import sampling_record
+from gemkit.llm.sampling import SamplingParams
+from gemkit.llm.token_policy import logprobs_kind, sampling_record
 from gemkit.policy import Observation
 from gemkit.trajectory import TurnTokens, continued_turn
 

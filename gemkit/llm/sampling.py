@@ -11,9 +11,9 @@ things a real server does break that unless every request says everything:
   neutral ones too, and each turn records them (`TurnTokens.sampling`).
 - **Reported log-probs may be of another distribution.** vLLM reports the raw model's
   log-probs (temperature 1, before top-k/top-p) unless started with
-  `--logprobs-mode processed_logprobs`. `logprobs_kind` asks the server once: a request
-  with `top_k=1` leaves one token in the sampling distribution, whose processed log-prob is
-  exactly 0, while a raw log-prob is the model's own (below 0).
+  `--logprobs-mode processed_logprobs`. `gemkit.llm.token_policy.logprobs_kind` asks the
+  server once: a request with `top_k=1` leaves one token in the sampling distribution, whose
+  processed log-prob is exactly 0, while a raw log-prob is the model's own (below 0).
 
 The learner recomputes under the recorded parameters (`gemkit.train.sequences`); penalties
 depend on every earlier token and are not recomputed there, so a trainer refuses them.
@@ -21,7 +21,6 @@ depend on every earlier token and are not recomputed there, so a trainer refuses
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -167,36 +166,3 @@ def trainable(sampling: Mapping[str, Any] | None, where: str = "the episode") ->
             "--logprobs-mode processed_logprobs, or sample at temperature 1 with nothing cut"
         )
     return params
-
-
-async def logprobs_kind(client: Any, *, protocol: str = "completions", prompt: list[int]) -> str:
-    """`"processed"` or `"raw"`: what the server's log-probs are, asked once per client.
-
-    One request of one token after `prompt` with `top_k=1`: its processed log-prob is exactly
-    0 (one token is left in the sampling distribution), its raw one the model's own, below 0
-    unless the model is certain. A server that ignores `top_k` reads as raw, which is what
-    its log-probs then are. Concurrent first calls share the one request.
-    """
-    from gemkit.llm.token_policy import _SERVER, generate_tokens
-
-    cache: dict[str, asyncio.Future] = client.__dict__.setdefault("_gemkit_logprobs_kind", {})
-    future = cache.get(protocol)
-    if future is None or (future.done() and future.exception() is not None):
-        future = asyncio.get_running_loop().create_future()
-        cache[protocol] = future
-        try:
-            fields = SamplingParams(top_k=1).request_fields(_SERVER[protocol])
-            sampled = await generate_tokens(
-                client, prompt, protocol=protocol, max_tokens=1, **fields
-            )
-            if not sampled.logprobs:
-                raise SamplingError(
-                    "the server sent no log-probs with its completion; ask for them "
-                    "(vLLM: logprobs=1) or use a server that reports them"
-                )
-            future.set_result(PROCESSED if sampled.logprobs[0] == 0.0 else RAW)
-        except BaseException as e:
-            future.set_exception(e)
-            future.exception()  # retrieved: a later call asks again
-            raise
-    return await asyncio.shield(future)

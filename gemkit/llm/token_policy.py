@@ -21,7 +21,7 @@ what a request leaves open with its own defaults (vLLM's come from the checkpoin
 `generation_config.json`), and the behaviour log-prob must be of the distribution the token
 was drawn from. Each turn records the parameters and whether the server's log-probs are of
 that distribution (`"processed"`) or of the raw model (`"raw"`, vLLM's default), asked of the
-server once (`gemkit.llm.sampling.logprobs_kind`).
+server once (`gemkit.llm.token_policy.logprobs_kind`).
 
 A `TokenBatcher` in place of the client sends the turns of many concurrent episodes that are
 ready together as one batched `/v1/completions` request.
@@ -45,7 +45,7 @@ from gemkit.llm.sampled import (
     from_completion_choice,
     from_sglang,
 )
-from gemkit.llm.sampling import PROCESSED, RAW, SamplingParams, logprobs_kind
+from gemkit.llm.sampling import PROCESSED, RAW, SamplingError, SamplingParams
 from gemkit.policy import Observation
 from gemkit.trajectory import TurnTokens
 
@@ -86,6 +86,37 @@ async def generate_tokens(
         body = {"input_ids": list(context), "sampling_params": params, "return_logprob": True}
         return from_sglang(await client.post_json("/generate", body), context)
     raise GemkitError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+
+
+async def logprobs_kind(client: Any, *, protocol: str = "completions", prompt: list[int]) -> str:
+    """`"processed"` or `"raw"`: what the server's log-probs are, asked once per client.
+
+    One request of one token after `prompt` with `top_k=1`: its processed log-prob is exactly
+    0 (one token is left in the sampling distribution), its raw one the model's own, below 0
+    unless the model is certain. A server that ignores `top_k` reads as raw, which is what
+    its log-probs then are. Concurrent first calls share the one request.
+    """
+    cache: dict[str, asyncio.Future] = client.__dict__.setdefault("_gemkit_logprobs_kind", {})
+    future = cache.get(protocol)
+    if future is None or (future.done() and future.exception() is not None):
+        future = asyncio.get_running_loop().create_future()
+        cache[protocol] = future
+        try:
+            fields = SamplingParams(top_k=1).request_fields(_SERVER[protocol])
+            sampled = await generate_tokens(
+                client, prompt, protocol=protocol, max_tokens=1, **fields
+            )
+            if not sampled.logprobs:
+                raise SamplingError(
+                    "the server sent no log-probs with its completion; ask for them "
+                    "(vLLM: logprobs=1) or use a server that reports them"
+                )
+            future.set_result(PROCESSED if sampled.logprobs[0] == 0.0 else RAW)
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # retrieved: a later call asks again
+            raise
+    return await asyncio.shield(future)
 
 
 class TokenBatcher:
@@ -199,7 +230,7 @@ class TokenPolicy:
     SGLang do): a sample can only be as old as the weights the server held when it started.
     `logprobs` says what the server's log-probs are (`"processed"`: of the sampling
     distribution; `"raw"`: of the raw model); None asks the server once
-    (`gemkit.llm.sampling.logprobs_kind`).
+    (`gemkit.llm.token_policy.logprobs_kind`).
     Observations are text, or chat messages of which the newest one is the env's reply; the
     policy keeps its own token context, so use it on an env (or a `ToolEnvWrapper`) rather
     than under a wrapper that edits the history.

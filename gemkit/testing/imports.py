@@ -213,6 +213,35 @@ def cycles(graph: Graph, kinds: Iterable[str] = ("import", "lazy", "string")) ->
     return sorted(sorted(c) for c in _components(succ) if len(c) > 1)
 
 
+def package_of(module: str) -> str:
+    """The package a module belongs to for the package-cycle rule: a folder of `gemkit/`, or
+    a top-level module of it (`gemkit.llm`, `gemkit.registry`), an env family, a synth
+    pipeline (`gemkit.envs.games`, `gemkit.synth.qa`)."""
+    parts = module.split(".")
+    depth = 3 if len(parts) >= 3 and parts[1] in ("envs", "synth") else 2
+    return ".".join(parts[:depth])
+
+
+def package_cycles(
+    graph: Graph, kinds: Iterable[str] = ("import", "lazy", "string")
+) -> list[list[str]]:
+    """Groups of packages (`package_of`) that import each other, sorted.
+
+    Module cycles are not the only tangle: `a.x` importing `b.y` while `b.z` imports `a.w`
+    is no module cycle, yet neither package can be read, tested or moved without the other.
+    An import of a ring's own root package (`gemkit`, `gemkit.envs`) from inside it is not
+    counted, as in `cycles`.
+    """
+    wanted = set(kinds)
+    succ: dict[str, set[str]] = {package_of(m): set() for m in graph.modules}
+    for e in graph.edges:
+        source, target = package_of(e.source), package_of(e.target)
+        if e.kind not in wanted or source == target or e.source.startswith(e.target + "."):
+            continue
+        succ[source].add(target)
+    return sorted(sorted(c) for c in _components(succ) if len(c) > 1)
+
+
 def _components(succ: dict[str, set[str]]) -> Iterator[list[str]]:
     # Tarjan's algorithm, iterative (the graph is a few hundred modules deep at most)
     index: dict[str, int] = {}

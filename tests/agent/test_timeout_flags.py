@@ -11,7 +11,7 @@ from gemkit.llm.client import DEFAULT_TIMEOUT, ENV_TIMEOUT
 MODEL_COMMANDS = {
     "eval": ["eval", "game:GuessTheNumber-v0-easy", "--out", "x"],
     "synth qa": ["synth", "qa", "--out", "x", "--llm", "http://h/v1", "--model", "m"],
-    "synth tasks": ["synth", "tasks", "--llm", "http://h/v1", "--model", "m"],
+    "synth tasks": ["synth", "tasks", "--out", "x", "--llm", "http://h/v1", "--model", "m"],
     "filter": ["filter", "src", "--out", "x", "--llm", "http://h/v1", "--model", "m"],
 }
 

@@ -14,7 +14,8 @@ import pytest
 
 import gemkit
 from gemkit.llm import LLMClient, LLMError, LLMPolicy, TokenPolicy
-from gemkit.llm.sampling import PROCESSED, RAW, SamplingParams, logprobs_kind
+from gemkit.llm.sampling import PROCESSED, RAW, SamplingParams
+from gemkit.llm.token_policy import logprobs_kind
 from gemkit.rollout import run_episode
 from gemkit.trajectory import episode_sequence
 

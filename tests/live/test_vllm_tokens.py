@@ -21,7 +21,8 @@ import pytest
 
 import gemkit
 from gemkit.llm import LLMClient, LLMPolicy, TokenPolicy
-from gemkit.llm.sampling import PROCESSED, SamplingParams, logprobs_kind, trainable
+from gemkit.llm.sampling import PROCESSED, SamplingParams, trainable
+from gemkit.llm.token_policy import logprobs_kind
 from gemkit.rollout import run_episode
 from gemkit.trajectory import episode_sequence
 

@@ -19,7 +19,8 @@ from aiohttp import web
 
 from gemkit.llm import LLMClient, LLMError, LLMPolicy
 from gemkit.llm.sampled import from_chat_choice, from_completion_choice
-from gemkit.llm.sampling import PROCESSED, RAW, logprobs_kind
+from gemkit.llm.sampling import PROCESSED, RAW
+from gemkit.llm.token_policy import logprobs_kind
 
 RECORDED = Path(__file__).parents[1] / "data" / "real-model" / "tokens-exchanges.jsonl"
 EXCHANGES = [json.loads(line) for line in RECORDED.read_text().splitlines()]

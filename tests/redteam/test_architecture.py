@@ -19,7 +19,14 @@ import gemkit
 from gemkit.core import Env
 from gemkit.records.base import RecordError
 from gemkit.records.qa import QARecord
-from gemkit.testing.imports import build_graph, cycles, ring, violations
+from gemkit.testing.imports import (
+    build_graph,
+    cycles,
+    package_cycles,
+    package_of,
+    ring,
+    violations,
+)
 from gemkit.tools.base import ToolResult
 from gemkit.tools.function import tool
 from gemkit.tools.wrapper import ToolEnvWrapper
@@ -43,6 +50,37 @@ def test_no_import_points_against_the_direction(graph):
 def test_no_import_cycle(graph):
     found = cycles(graph)
     assert not found, "import cycles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_no_cycle_between_packages(graph):
+    found = package_cycles(graph)
+    edges = [
+        str(e)
+        for c in found
+        for e in graph.edges
+        if {package_of(e.source), package_of(e.target)} <= set(c)
+        and package_of(e.source) != package_of(e.target)
+        and e.kind != "typing"
+    ]
+    assert not found, "packages that import each other:\n" + "\n".join(edges)
+
+
+def test_the_checker_finds_a_cycle_between_packages_that_is_no_module_cycle(tmp_path):
+    # gemkit.a.x -> gemkit.b.y and gemkit.b.z -> gemkit.a.w: no module imports itself back
+    root = _tree(
+        tmp_path,
+        {
+            "gemkit/a/__init__.py": "",
+            "gemkit/a/x.py": "from gemkit.b import y\n",
+            "gemkit/a/w.py": "",
+            "gemkit/b/__init__.py": "",
+            "gemkit/b/y.py": "",
+            "gemkit/b/z.py": "def f():\n    from gemkit.a import w\n",
+        },
+    )
+    graph = build_graph(root)
+    assert not cycles(graph)
+    assert package_cycles(graph) == [["gemkit.a", "gemkit.b"]]
 
 
 def test_the_graph_sees_every_folder_and_function_level_imports(graph):

@@ -238,8 +238,8 @@ def test_the_filter_and_eval_build_the_same_requests(qa_folder, fmt):
     import asyncio
 
     from gemkit.cli.eval import _wrappers
+    from gemkit.episode_shape import chat_policy, wrapped
     from gemkit.llm import LLMClient
-    from gemkit.llm.episode_shape import chat_policy, wrapped
     from gemkit.rollout import run_episode
     from gemkit.synth.difficulty_filter import Pinned, make_env, open_dataset
 

@@ -9,7 +9,7 @@ tokenizer is read from `~/.cache/gemkit-real-model/qwen2.5-coder-0.5b-instruct-h
 `tokens-exchanges.jsonl` next to this file, one exchange a line: `server`, `note` (what it
 shows), `path`, `status`, `dt`, `request`, `response`:
 
-- `probe`: `gemkit.llm.sampling.logprobs_kind`'s one-token request with `top_k=1` (vLLM
+- `probe`: `gemkit.llm.token_policy.logprobs_kind`'s one-token request with `top_k=1` (vLLM
   processed and raw; llama.cpp with and without `post_sampling_probs`);
 - `sample`: a token-id prompt sampled at temperature 0.7, top-p 0.9, top-k 20, every
   parameter named (each server's spelling);
