@@ -862,7 +862,10 @@ EXPORT_NAMES = ("dataset", "datasets")
 
 
 def _export_of_its_run(folder: Path, kind: str) -> bool:
-    """Whether a datasets folder is a run's export, next to the JSONL records it was made from."""
+    """Whether a datasets folder is a run's export (or one split of it, `dataset/train`), next
+    to the JSONL records it was made from."""
+    if folder.name not in EXPORT_NAMES and is_plain(folder.parent / "dataset_dict.json"):
+        folder = folder.parent  # a split of a DatasetDict export
     if folder.name not in EXPORT_NAMES:
         return False
     try:
