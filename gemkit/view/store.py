@@ -938,6 +938,8 @@ def _walk(cat: Catalog, add: Any) -> None:
                 cat.skipped.append(f"{rel}/: a datasets folder of records not known here")
             elif here != root and _export_of_its_run(here, kind):
                 pass  # the run's own export: the same records as its JSONL, listed once
+            elif here != root and is_plain(here.parent / "dataset_dict.json"):
+                add(kind, here.parent, ArrowSource(here, rel))  # a split: one collection for all
             else:
                 add(kind, here, ArrowSource(here, rel))
             dirs[:] = []
