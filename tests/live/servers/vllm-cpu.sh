@@ -148,8 +148,11 @@ else
   say "starting vLLM on port $PORT (log: $LOG)"
   dev=()
   [ "${VLLM_DEV:-1}" = 1 ] && dev=(env VLLM_SERVER_DEV_MODE=1)
+  # one model step may take minutes on a loaded 2-core machine: vLLM's 300 s default for it
+  # kills the engine (seen with two test suites beside it), so the live suite allows an hour
   # shellcheck disable=SC2086
-  HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} setsid "${dev[@]}" nice "$PY" \
+  HF_HUB_OFFLINE=1 VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS=${VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS:-3600} \
+    VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} setsid "${dev[@]}" nice "$PY" \
     -m vllm.entrypoints.openai.api_server --model "$HF" --served-model-name qwen policy \
     --host 127.0.0.1 --port "$PORT" --max-model-len 4096 --dtype "${VLLM_DTYPE:-float32}" \
     --logprobs-mode processed_logprobs \
