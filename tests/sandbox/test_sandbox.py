@@ -21,7 +21,10 @@ from gemkit.sandbox import (
     SandboxUnavailableError,
     backends,
     memcg,
+    outcome,
+    seccomp,
     truncation_marker,
+    wire,
     worker,
 )
 from gemkit.sandbox import sandbox as sandbox_module
@@ -457,7 +460,7 @@ def test_the_first_import_nothing_finds_runs_what_site_skipped_once(monkeypatch,
 
 
 def test_the_code_inherits_no_future_flags_from_the_supervisor(sb):
-    # worker.py uses `from __future__ import annotations`; the user's code must not
+    # the supervisor's source opens with `from __future__ import annotations`; the user's code must not
     code = "def f(x: int) -> None: pass\nprint(f.__annotations__['x'] is int)"
     assert sb.run_sync(code).stdout == "True\n"
     session = sb.session()
@@ -517,39 +520,39 @@ def test_each_sandbox_has_its_memory_cgroup_until_it_closes():
 
 
 def test_a_reply_whose_parts_do_not_add_up_is_refused():
-    head = worker.encode_reply({"tail": [5, 0, 0], "stdout_bytes": 5}, 3)[worker.HEADER.size :]
+    head = wire.encode_reply({"tail": [5, 0, 0], "stdout_bytes": 5}, 3)[wire.HEADER.size :]
     with pytest.raises(ValueError, match="do not add up"):
-        worker.decode_reply(head + b"abc")
-    assert worker.decode_reply(worker.encode_reply({"pong": True})[4:]) == {"pong": True}
+        outcome.decode_reply(head + b"abc")
+    assert outcome.decode_reply(wire.encode_reply({"pong": True})[4:]) == {"pong": True}
 
 
 def test_the_code_s_own_report_cannot_name_a_limit_it_did_not_hit_through_its_exception_text():
-    report = worker.encode_report(
+    report = wire.encode_report(
         {
             "exit_code": 1,
             "finished": False,
             "exception": {"type": "ValueError", "last_line": "ValueError: x\0memory"},
         }
     )
-    parsed = worker.parse_report(report[worker.HEADER.size :])
+    parsed = wire.parse_report(report[wire.HEADER.size :])
     assert parsed["exception"] == {"type": "ValueError", "last_line": "ValueError: x\0memory"}
 
 
 def test_an_outsized_exception_line_is_cut_to_fit_the_report():
     line = "ValueError: " + "é" * 100_000
-    report = worker.encode_report(
+    report = wire.encode_report(
         {"exit_code": 1, "finished": False, "exception": {"type": "ValueError", "last_line": line}}
     )
-    assert len(report) <= worker.HEADER.size + worker.MAX_RESULT
-    parsed = worker.parse_report(report[worker.HEADER.size :])
+    assert len(report) <= wire.HEADER.size + wire.MAX_RESULT
+    parsed = wire.parse_report(report[wire.HEADER.size :])
     assert parsed["exception"]["last_line"].endswith(" [...]")
 
 
 def test_the_filter_has_a_table_for_each_machine_it_knows_and_none_for_others():
-    for machine in worker.SYSCALLS:
-        program = worker.seccomp_filter(machine)
+    for machine in seccomp.SYSCALLS:
+        program = seccomp.seccomp_filter(machine)
         assert program and len(program) % 8 == 0
-    assert worker.seccomp_filter("sparc64") is None
+    assert seccomp.seccomp_filter("sparc64") is None
 
 
 def test_hidden_paths_must_be_absolute_and_cannot_hold_the_interpreter():
