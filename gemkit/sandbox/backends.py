@@ -1,10 +1,11 @@
 """How a sandboxed interpreter is launched: bubblewrap, unshare, or (opt-in only) unsafe-local.
 
 Each backend turns a supervisor config into a command line. The supervisor (`worker.py` and
-the files `worker_source` joins to it) then runs every piece of user code in a forked child with resource limits and, where the backend
-allows it, under an unprivileged uid of its own, under a system-call filter, and in the
-sandbox's memory cgroup. gemkit's own installed packages (with their task data, tests and
-reference solutions) and any path the host names as hidden are covered inside the sandbox.
+the files `worker_source` joins to it) then runs every piece of user code in a forked child
+with resource limits and, where the backend allows it, under an unprivileged uid of its own,
+under a system-call filter, and in the sandbox's memory cgroup. gemkit's own installed packages
+(with their task data, tests and reference solutions) and any path the host names as hidden
+are covered inside the sandbox.
 """
 
 from __future__ import annotations

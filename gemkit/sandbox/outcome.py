@@ -53,7 +53,7 @@ def _status_of(status: int, oom: bool = False) -> tuple[int, str | None]:
     """
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        limit = {signal.SIGXCPU: "cpu", signal.SIGXFSZ: "file_size"}.get(sig)
+        limit = {int(signal.SIGXCPU): "cpu", int(signal.SIGXFSZ): "file_size"}.get(sig)
         if oom and sig == signal.SIGKILL:
             limit = "memory"
         return -sig, limit

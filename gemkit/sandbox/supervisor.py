@@ -136,7 +136,7 @@ def _kill_all_others(pidns: bool, pgid: int | None) -> None:
 
 
 def _reap() -> list[tuple[int, int]]:
-    done = []
+    done: list[tuple[int, int]] = []
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -215,7 +215,8 @@ def _collect(
     while True:
         body = report.body()
         if body is not None:
-            return (body or None), False, status
+            # False: what came is no report of ours
+            return (None if isinstance(body, bool) else body or None), False, status
         if not report.open or status is not None:
             return None, False, status
         left = deadline - time.monotonic()
@@ -596,5 +597,9 @@ class Supervisor:
             "duration": duration,
             **_output_header(captures),
         }
-        tail = [captures[0].part(), captures[1].part(), raw if alive else self.scratch[:0]]
+        tail = [
+            captures[0].part(),
+            captures[1].part(),
+            raw if alive and raw is not None else self.scratch[:0],
+        ]
         return header, tail

@@ -13,7 +13,7 @@ MAX_REQUEST = 256 * 1024 * 1024
 MAX_RESULT = 16 * 1024
 
 
-def encode_frame(obj: object) -> bytes:
+def encode_frame(obj: dict) -> bytes:
     """One framed object (host to supervisor): length header + marshal body."""
     body = marshal.dumps(obj)
     return HEADER.pack(len(body)) + body

@@ -79,7 +79,8 @@ def _adopt_site(info: dict) -> None:
     site.setquit()  # exit() and quit()
     site.setcopyright()
     site.sethelper()
-    sys.meta_path.append(_SiteOnMiss)
+    # a finder in all but its annotations (typing stays out of the supervisor's memory)
+    sys.meta_path.append(_SiteOnMiss)  # type: ignore[arg-type]
 
 
 def _no_dump() -> None:
