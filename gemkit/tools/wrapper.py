@@ -20,15 +20,9 @@ import gymnasium
 from gemkit.core import ResetResult, StepResult, Wrapper, areset_of, astep_of, clone_of
 from gemkit.errors import GemkitError
 from gemkit.tools.base import Tool, ToolError, ToolResult
-from gemkit.tools.calls import (
-    DEFAULT_FORMATS,
-    FORMATS,
-    MalformedCall,
-    ToolCall,
-    is_code_for_python,
-    parse_action,
-    tag_field,
-)
+from gemkit.tools.calls.describe import tag_field
+from gemkit.tools.calls.model import DEFAULT_FORMATS, FORMATS, MalformedCall, ToolCall
+from gemkit.tools.calls.parse import is_code_for_python, parse_action
 from gemkit.tools.function import result_to_text, tool
 
 log = logging.getLogger(__name__)
