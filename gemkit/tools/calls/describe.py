@@ -45,7 +45,7 @@ def tag_field(tool: Tool) -> str | None:
 def _sample(prop: dict[str, Any]) -> Any:
     if "enum" in prop and prop["enum"]:
         return prop["enum"][0]
-    kind = prop.get("type")
+    kind: Any = prop.get("type")
     if kind is None and "anyOf" in prop:
         kinds = [p.get("type") for p in prop["anyOf"] if p.get("type") != "null"]
         kind = kinds[0] if kinds else None

@@ -98,7 +98,7 @@ def _json_span(
     if shape is None:
         return None
     raw = body[start:end]
-    items = (
+    items: list[ToolCall | MalformedCall] = (
         _call_objects(tools, obj, raw, "json") if shape == "call" else [_ambiguous(tools, obj, raw)]
     )
     before, after = _FENCE_BEFORE.search(body, lo, start), _FENCE_AFTER.match(body[end:hi])

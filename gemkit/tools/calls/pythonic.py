@@ -25,14 +25,14 @@ def _pythonic_span(tools: dict[str, Tool], body: str) -> list[Span]:
         node = ast.parse(text, mode="eval").body
     except (SyntaxError, ValueError, MemoryError, RecursionError):
         return []
-    calls = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
-    if not calls or not all(
-        isinstance(c, ast.Call) and isinstance(c.func, ast.Name) for c in calls
-    ):
+    nodes = node.elts if isinstance(node, (ast.List, ast.Tuple)) else [node]
+    calls = [
+        (c, c.func.id) for c in nodes if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+    ]
+    if not calls or len(calls) != len(nodes):
         return []
     items: list[ToolCall | MalformedCall] = []
-    for c in calls:
-        name = c.func.id  # type: ignore[attr-defined]
+    for c, name in calls:
         raw = ast.get_source_segment(text, c) or text
         args, problem = _pythonic_args(tools.get(name), c)
         if problem:
