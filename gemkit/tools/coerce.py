@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 from gemkit.tools.base import Tool, ToolError
 from gemkit.tools.function import tool
@@ -16,7 +16,7 @@ def as_tool(item: Any) -> Tool:
     if all(hasattr(item, a) for a in ("name", "Args", "call", "openai_schema")) and not (
         isinstance(item, type)
     ):
-        return item  # duck-typed tool from another library
+        return cast(Tool, item)  # duck-typed tool from another library
     if isinstance(item, type) and issubclass(item, Tool):
         return item()
     if isinstance(item, str):
@@ -24,7 +24,8 @@ def as_tool(item: Any) -> Tool:
 
         return resolve_tool(item)
     if callable(item):
-        return tool(item)
+        made: Tool = tool(item)
+        return made
     raise ToolError(
         f"cannot use {item!r} as a tool: pass a Tool object, a typed function, or a built-in "
         "tool name such as 'python'"

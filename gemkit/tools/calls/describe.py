@@ -85,7 +85,7 @@ def _type_name(prop: dict[str, Any]) -> str:
     if "anyOf" in prop:
         return " | ".join(_type_name(p) for p in prop["anyOf"])
     if "$ref" in prop:
-        return prop["$ref"].rsplit("/", 1)[-1]
+        return str(prop["$ref"]).rsplit("/", 1)[-1]
     kind = prop.get("type", "any")
     if kind == "array" and isinstance(prop.get("items"), dict):
         return f"list[{_type_name(prop['items'])}]"
