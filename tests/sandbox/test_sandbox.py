@@ -548,6 +548,36 @@ def test_an_outsized_exception_line_is_cut_to_fit_the_report():
     assert parsed["exception"]["last_line"].endswith(" [...]")
 
 
+def test_the_supervisors_program_is_its_files_joined_without_their_imports_of_each_other():
+    import ast
+
+    program = backends.worker_source()
+    tree = ast.parse(program)  # one module: its files' definitions meet in one namespace
+    imported = [
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+    ]
+    assert not [m for m in imported if m and m.startswith("gemkit")]  # gemkit is hidden there
+    assert program.startswith("from __future__ import annotations\n")
+    assert program.count("from __future__ import") == 1  # a second one would not compile
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    for name in backends.WORKER_FILES:
+        source = ast.parse((Path(backends.__file__).parent / name).read_text())
+        names = {n.name for n in source.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        assert names <= defined, name
+    assert tree.body[-1].test.comparators[0].value == "__main__"  # worker.py's main runs last
+
+
+def test_a_supervisor_file_that_imports_gemkit_is_refused_by_name(tmp_path, monkeypatch):
+    (tmp_path / "part.py").write_text("from gemkit.errors import GemkitError\n")
+    monkeypatch.setattr(backends, "__file__", str(tmp_path / "backends.py"))
+    monkeypatch.setattr(backends, "WORKER_FILES", ("part.py",))
+    with pytest.raises(RuntimeError, match="part.py:1: the supervisor may import no gemkit"):
+        backends.worker_source.__wrapped__()
+
+
 def test_the_filter_has_a_table_for_each_machine_it_knows_and_none_for_others():
     for machine in seccomp.SYSCALLS:
         program = seccomp.seccomp_filter(machine)
