@@ -27,12 +27,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from gemkit.envs.terminal.backends import (
-    BwrapTerminal,
-    DockerTerminal,
-    bwrap_available,
-    docker_available,
-)
+from gemkit.envs.terminal.bwrap import BwrapTerminal, bwrap_available
+from gemkit.envs.terminal.docker import DockerTerminal, docker_available
 from gemkit.envs.terminal.images import IMAGES, build_images, docker_client
 
 

@@ -73,13 +73,8 @@ from gemkit.rl import batch_returns, grpo_advantages
 from gemkit.rollout import Episode, run_episode
 from gemkit.serving import auth_headers, resolve_token
 from gemkit.train.args import parse_args
-from gemkit.train.model_server import (
-    ForkedServer,
-    ServerLimits,
-    ServerProcess,
-    state_bytes,
-    vocab_hash,
-)
+from gemkit.train.engine import vocab_hash
+from gemkit.train.model_server import ServerLimits
 from gemkit.train.offpolicy import (
     KEPT,
     STALE,
@@ -90,8 +85,10 @@ from gemkit.train.offpolicy import (
     staleness,
 )
 from gemkit.train.sequences import token_logprobs
+from gemkit.train.server_process import ForkedServer, ServerProcess
 from gemkit.train.tiny import load_policy, tiny_policy
 from gemkit.train.update import save
+from gemkit.train.weight_updates import state_bytes
 from gemkit.trajectory import TrajectoryError, episode_sequence
 from gemkit.vector.aio import new_event_loop
 

@@ -20,7 +20,9 @@ from gemkit.envs.multiagent.shop import Session, Shop, shop_tools
 from gemkit.multiagent import MultiAgentEnv, MultiResetResult, MultiStepResult
 from gemkit.policy import SyncPolicy
 from gemkit.tools.base import ToolResult
-from gemkit.tools.calls import ToolCall, parse_action, signature
+from gemkit.tools.calls.describe import signature
+from gemkit.tools.calls.model import ToolCall
+from gemkit.tools.calls.parse import parse_action
 
 STOP = "###STOP###"
 CALL_FORMATS = ("hermes", "openai")

@@ -22,14 +22,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from gemkit.core import Env, ResetResult, StepResult
-from gemkit.envs.terminal.backends import (
-    CommandResult,
-    Limits,
-    Terminal,
-    TerminalError,
-    open_terminal,
-)
+from gemkit.envs.terminal.backends import open_terminal
 from gemkit.envs.terminal.task import Task, TaskError, TaskTest, builtin_tasks, get_task
+from gemkit.envs.terminal.terminal import CommandResult, Limits, Terminal, TerminalError
 from gemkit.policy import SyncPolicy
 from gemkit.tools.base import Tool, ToolResult
 from gemkit.tools.wrapper import ToolEnvWrapper

@@ -65,7 +65,8 @@ def run_model(args: argparse.Namespace) -> int:
     import torch
 
     from gemkit.serving import check_port, resolve_token, run_app
-    from gemkit.train.model_server import ModelServer, ServerLimits, load_engine
+    from gemkit.train.engine import load_engine
+    from gemkit.train.model_server import ModelServer, ServerLimits
     from gemkit.vector.aio import new_event_loop
 
     check_port(args.port)

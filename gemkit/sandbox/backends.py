@@ -1,10 +1,11 @@
 """How a sandboxed interpreter is launched: bubblewrap, unshare, or (opt-in only) unsafe-local.
 
-Each backend turns a supervisor config into a command line. The supervisor (`worker.py`) then
-runs every piece of user code in a forked child with resource limits and, where the backend
-allows it, under an unprivileged uid of its own, under a system-call filter, and in the
-sandbox's memory cgroup. gemkit's own installed packages (with their task data, tests and
-reference solutions) and any path the host names as hidden are covered inside the sandbox.
+Each backend turns a supervisor config into a command line. The supervisor (`worker.py` and
+the files `worker_source` joins to it) then runs every piece of user code in a forked child
+with resource limits and, where the backend allows it, under an unprivileged uid of its own,
+under a system-call filter, and in the sandbox's memory cgroup. gemkit's own installed packages
+(with their task data, tests and reference solutions) and any path the host names as hidden
+are covered inside the sandbox.
 """
 
 from __future__ import annotations
@@ -155,8 +156,38 @@ def masked_paths(python: str, shared: list[str], hidden: tuple[str, ...]) -> lis
     return out
 
 
-def _worker_source() -> str:
-    return (Path(__file__).with_name("worker.py")).read_text(encoding="utf-8")
+#: the supervisor's source files, in the order their definitions need (`worker.py` runs `main`)
+WORKER_FILES = ("wire.py", "child.py", "supervisor.py", "seccomp.py", "worker.py")
+
+
+@functools.cache
+def worker_source() -> str:
+    """The supervisor's program: its files joined in order, less their imports of each other.
+
+    The sandbox's interpreter cannot import gemkit (its packages are hidden there), so the
+    files run as one module; `from __future__ import annotations` opens it once.
+    """
+    import ast
+
+    parts = ["from __future__ import annotations\n"]
+    for name in WORKER_FILES:
+        text = Path(__file__).with_name(name).read_text(encoding="utf-8")
+        lines = text.splitlines(keepends=True)
+        for node in reversed(ast.parse(text).body):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module
+                and (node.module == "__future__" or node.module.startswith("gemkit.sandbox."))
+            ):
+                del lines[node.lineno - 1 : node.end_lineno]
+            elif isinstance(node, ast.Import | ast.ImportFrom) and any(
+                (getattr(node, "module", None) or a.name).startswith("gemkit") for a in node.names
+            ):
+                raise RuntimeError(
+                    f"{name}:{node.lineno}: the supervisor may import no gemkit module"
+                )
+        parts.append("".join(lines))
+    return "\n".join(parts)
 
 
 def _bootstrap() -> str:
@@ -219,7 +250,7 @@ def _python_argv(python: str, config: dict) -> list[str]:
     if site is not None:
         config["site"] = site
         flags.append("-S")
-    return [python, *flags, "-c", _bootstrap(), _worker_source(), json.dumps(config)]
+    return [python, *flags, "-c", _bootstrap(), worker_source(), json.dumps(config)]
 
 
 @functools.cache

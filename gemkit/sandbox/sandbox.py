@@ -30,7 +30,8 @@ from typing import Any
 
 from gemkit.errors import GemkitError
 from gemkit.sandbox import backends, memcg
-from gemkit.sandbox.worker import HEADER, decode_reply, encode_message, encode_request
+from gemkit.sandbox.outcome import decode_reply
+from gemkit.sandbox.wire import HEADER, encode_message, encode_request
 
 log = logging.getLogger(__name__)
 

@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
-import json
 import logging
 import time
-from collections.abc import Awaitable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 import gymnasium
@@ -20,16 +18,13 @@ import gymnasium
 from gemkit.core import ResetResult, StepResult, Wrapper, areset_of, astep_of, clone_of
 from gemkit.errors import GemkitError
 from gemkit.tools.base import Tool, ToolError, ToolResult
-from gemkit.tools.calls import (
-    DEFAULT_FORMATS,
-    FORMATS,
-    MalformedCall,
-    ToolCall,
-    is_code_for_python,
-    parse_action,
-    tag_field,
-)
-from gemkit.tools.function import result_to_text, tool
+from gemkit.tools.calls.model import DEFAULT_FORMATS, FORMATS, MalformedCall, ToolCall
+from gemkit.tools.calls.parse import is_code_for_python, parse_action
+from gemkit.tools.coerce import as_tool, clone_tool
+from gemkit.tools.eager import start_eagerly
+from gemkit.tools.execution import run_call
+from gemkit.tools.instructions import tool_instructions
+from gemkit.tools.rendering import call_records, render_results
 
 log = logging.getLogger(__name__)
 
@@ -41,88 +36,6 @@ LIMIT_WARNINGS = 1
 TRUNCATED_TEXT = (
     "The episode is over: it was truncated at the tool-call limit. Call reset() to start a new one."
 )
-
-
-def as_tool(item: Any) -> Tool:
-    """A `Tool` from a Tool object or class, a built-in tool name, or a typed function."""
-    if isinstance(item, Tool):
-        return item
-    if all(hasattr(item, a) for a in ("name", "Args", "call", "openai_schema")) and not (
-        isinstance(item, type)
-    ):
-        return item  # duck-typed tool from another library
-    if isinstance(item, type) and issubclass(item, Tool):
-        return item()
-    if isinstance(item, str):
-        from gemkit.tools import resolve_tool
-
-        return resolve_tool(item)
-    if callable(item):
-        return tool(item)
-    raise ToolError(
-        f"cannot use {item!r} as a tool: pass a Tool object, a typed function, or a built-in "
-        "tool name such as 'python'"
-    )
-
-
-def clone_tool(t: Tool) -> Tool:
-    """`t.clone()`, with a clear error for tools that hold live resources and cannot copy."""
-    try:
-        return t.clone() if hasattr(t, "clone") else copy.deepcopy(t)
-    except Exception as e:
-        raise ToolError(
-            f"cannot clone tool {getattr(t, 'name', t)!r} ({type(e).__name__}: {e}); tools "
-            "that hold processes, sessions or connections must implement clone() returning "
-            "a fresh, unstarted copy"
-        ) from e
-
-
-def tool_instructions(
-    tools: Sequence[Tool],
-    schemas: Sequence[dict[str, Any]] | None = None,
-    *,
-    formats: Sequence[str] = DEFAULT_FORMATS,
-    max_tool_uses: int | None = None,
-    template: str | None = None,
-) -> str:
-    """The tool instructions for a prompt: the schemas, how to write a call, and the limit.
-
-    `template` replaces the default text, `{tools}` standing for the schema block. Only the
-    tag and Hermes formats are taught; the others are accepted when a model writes them.
-    """
-    schemas = [t.openai_schema() for t in tools] if schemas is None else schemas
-    schema_block = (
-        "<tools>\n" + "\n".join(json.dumps(s, ensure_ascii=False) for s in schemas) + "\n</tools>"
-    )
-    if template is not None:
-        return template.replace("{tools}", schema_block)
-    ways = []
-    if "hermes" in formats:
-        ways.append(
-            '<tool_call>{"name": "<tool name>", "arguments": {<arguments as JSON>}}</tool_call>'
-        )
-    if "tag" in formats:
-        ways += [f"<{t.name}>...</{t.name}>" for t in tools if tag_field(t)]
-    if "fence" in formats and any(t.name == "python" for t in tools):
-        ways.append("a ```python code block (runs the python tool)")
-    lines = [
-        "# Tools",
-        "",
-        "You may call the tools below before you answer. Their function schemas:",
-        schema_block,
-        "",
-    ]
-    if ways:
-        lines.append("To call a tool, write" + (" one of:" if len(ways) > 1 else ":"))
-        lines += [f"- {w}" for w in ways]
-    lines.append(
-        "You may make several calls in one message; their results come back, in order, "
-        "in the next message."
-    )
-    if max_tool_uses is not None:
-        lines.append(f"You can make at most {max_tool_uses} tool calls in all.")
-    lines.append("When you are ready, give your final answer without calling a tool.")
-    return "\n".join(lines)
 
 
 class ToolEnvWrapper(Wrapper):
@@ -382,30 +295,14 @@ class ToolEnvWrapper(Wrapper):
         reward = self.tool_reward * (len(done) - errors) + self.error_reward * errors
         if self._ended:
             reward = 0.0  # tool calls after the end of the episode earn nothing
-        obs = self._render(items, ids, done, truncated)
+        obs = render_results(
+            items, ids, done, truncated, max_tool_uses=self.max_tool_uses, tool_uses=self.tool_uses
+        )
         info = {
             "tool_calls": len(items),
             "tool_uses": self.tool_uses,
             "tool_errors": errors,
-            "tool_results": [
-                {
-                    "tool_call_id": ids[k],
-                    "name": item.name or "",
-                    "content": result.text,
-                    "is_error": result.is_error,
-                }
-                for k, (item, result) in enumerate(zip(items, done, strict=True))
-            ],
-            "parsed_calls": [
-                {
-                    "id": ids[k],
-                    "name": item.name or "",
-                    "arguments": item.arguments if isinstance(item, ToolCall) else None,
-                    "format": item.format,
-                    "raw": item.raw,
-                }
-                for k, item in enumerate(items)
-            ],
+            **call_records(items, ids, done),
         }
         if truncated:
             info["tool_limit_exceeded"] = True
@@ -459,60 +356,7 @@ class ToolEnvWrapper(Wrapper):
                 )
             if timeout is None or left < timeout:
                 timeout, limit = left, "episode_timeout"
-        args = call.args if call.args is not None else t.Args.model_validate(call.arguments)
-        try:
-            result = await asyncio.wait_for(t.call(args), timeout)
-        except asyncio.TimeoutError:
-            return ToolResult(
-                f"Error: {call.name} timed out after {timeout:.3g} s ({limit}) and was stopped.",
-                is_error=True,
-                metadata={"timeout": True},
-            )
-        except Exception as e:  # a broken tool is the model's observation, never a crash
-            log.debug("tool %s raised", call.name, exc_info=True)
-            return ToolResult(
-                f"Error: {call.name} failed: {type(e).__name__}: {e}",
-                is_error=True,
-                metadata={"exception": type(e).__name__},
-            )
-        result = result_to_text(result)
-        if self.max_result_chars is not None and len(result.text) > self.max_result_chars:
-            cut = len(result.text) - self.max_result_chars
-            result = dataclasses.replace(
-                result,
-                text=result.text[: self.max_result_chars] + f"\n[... {cut} more characters cut]",
-                metadata={**result.metadata, "cut": cut},
-            )
-        return result
-
-    def _render(
-        self,
-        items: list[ToolCall | MalformedCall],
-        ids: list[str],
-        results: list[ToolResult],
-        truncated: bool,
-    ) -> str:
-        n = len(items)
-        blocks = []
-        for k, (item, result) in enumerate(zip(items, results, strict=True)):
-            label = "error" if result.is_error else "result"
-            where = f" {k + 1}/{n}" if n > 1 else ""
-            name = item.name or "unparsed call"
-            blocks.append(f"[tool {label}{where}: {name} (id {ids[k]})]\n{result.text}")
-        if truncated:
-            blocks.append(
-                "The tool-call limit was exceeded again after a warning: the episode is over."
-            )
-        elif (
-            self.max_tool_uses is not None
-            and self.tool_uses >= self.max_tool_uses
-            and not any(r.metadata.get("refused") for r in results)
-        ):
-            blocks.append(
-                f"You have used all {self.max_tool_uses} tool calls: give your final answer "
-                "now, without calling a tool."
-            )
-        return "\n\n".join(blocks)
+        return await run_call(t, call, timeout, limit, self.max_result_chars)
 
     # -- sync twins, lifecycle -------------------------------------------------------------
 
@@ -577,7 +421,7 @@ class ToolEnvWrapper(Wrapper):
         except RuntimeError:
             loop = None
         if loop is not None:
-            task = _start_eagerly(self.aclose(), loop)
+            task = start_eagerly(self.aclose(), loop)
             if task is not None:
                 self._pending.add(task)
                 task.add_done_callback(self._pending.discard)
@@ -629,40 +473,6 @@ def _text_of(action: Any) -> str:
 def _is_chat(obs: Any) -> bool:
     """Whether an observation is a chat (OpenAI messages), as a history wrapper makes it."""
     return isinstance(obs, list) and bool(obs) and isinstance(obs[0], dict) and "role" in obs[0]
-
-
-def _start_eagerly(coro: Coroutine[Any, Any, None], loop: asyncio.AbstractEventLoop) -> Any:
-    """Run `coro` up to its first suspension now; return a task finishing it, or None if done.
-
-    A task created by a sync `close()` inside `asyncio.run` would be cancelled before its
-    first step when the caller returns right after; stepping the coroutine here first means
-    tools whose close does not wait (most of them) are closed whatever happens next.
-    """
-    try:
-        waiting_on = coro.send(None)
-    except StopIteration:
-        return None
-    except Exception as e:
-        log.warning("closing tools failed: %s: %s", type(e).__name__, e)
-        return None
-    return loop.create_task(_resume(coro, waiting_on))
-
-
-async def _resume(coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
-    # what asyncio's Task does for a coroutine: wait for the future it yielded, then resume it
-    while True:
-        try:
-            if asyncio.isfuture(waiting_on):
-                await asyncio.wait([waiting_on])
-            else:  # a bare yield (asyncio.sleep(0))
-                await asyncio.sleep(0)
-        except asyncio.CancelledError:
-            coro.close()
-            raise
-        try:
-            waiting_on = coro.send(None)
-        except StopIteration:
-            return
 
 
 def wrap_with_tools(

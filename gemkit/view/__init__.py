@@ -9,7 +9,8 @@ from disk, per-record pages and plots. Not imported by `import gemkit` (it needs
         print(viewer.url)
 """
 
+from gemkit.view.catalog import discover
+from gemkit.view.files import ViewError
 from gemkit.view.server import ViewServer, make_app, start
-from gemkit.view.store import ViewError, discover
 
 __all__ = ["ViewError", "ViewServer", "discover", "make_app", "start"]

@@ -28,10 +28,12 @@ from aiohttp import web
 
 from gemkit.serving import AppThread, Guard
 from gemkit.view import pages
+from gemkit.view.catalog import Catalog, discover
+from gemkit.view.files import ViewError
 from gemkit.view.markup import Markup
 from gemkit.view.pages import TaskCheck
 from gemkit.view.records import task_record
-from gemkit.view.store import Catalog, ViewError, discover, find_database
+from gemkit.view.side_data import find_database
 
 log = logging.getLogger(__name__)
 

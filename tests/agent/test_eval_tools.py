@@ -14,8 +14,8 @@ import pytest
 
 from gemkit.cli import main as cli
 from gemkit.testing import Reply, ScriptedOpenAIServer
+from gemkit.tools.instructions import tool_instructions
 from gemkit.tools.python import PythonTool
-from gemkit.tools.wrapper import tool_instructions
 
 bwrap = pytest.importorskip("shutil").which("bwrap")
 

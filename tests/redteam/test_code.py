@@ -17,7 +17,7 @@ import gemkit
 from gemkit.envs.code import runtime, statements
 from gemkit.envs.code.env import BUILTIN_PATH
 from gemkit.envs.code.probes import split_test
-from gemkit.sandbox import worker
+from gemkit.sandbox import wire
 
 PROBLEMS = {
     "add": {
@@ -280,7 +280,7 @@ def test_an_attack_earns_nothing(env, attack, problem):
 def test_the_forged_report_is_the_one_a_finished_child_sends():
     """Keeps the result-fd attack honest: it forges exactly what the supervisor reads."""
     finished = {"exit_code": 0, "finished": True, "exception": None}
-    assert worker.encode_report(finished) == FORGED_REPORT
+    assert wire.encode_report(finished) == FORGED_REPORT
 
 
 def test_each_attack_is_answered_with_a_clear_reason(env):

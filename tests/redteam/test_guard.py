@@ -54,7 +54,8 @@ def _search_app(tmp_path: Path):
 
 def _model_app(tmp_path: Path):
     pytest.importorskip("torch", reason="needs the `train` extra (torch, transformers)")
-    from gemkit.train.model_server import ModelServer, load_engine
+    from gemkit.train.engine import load_engine
+    from gemkit.train.model_server import ModelServer
 
     server = ModelServer(load_engine(tiny="toy:Copy-v0"))
     return server.app(), "/v1/completions", {"prompt": [1, 2], "max_tokens": 1}

@@ -26,12 +26,9 @@ torch = pytest.importorskip("torch", reason="needs the `train` extra (torch, tra
 from aiohttp import web  # noqa: E402
 
 from gemkit.llm import LLMClient, LLMError  # noqa: E402
-from gemkit.train.model_server import (  # noqa: E402
-    ModelServer,
-    ServerLimits,
-    load_engine,
-    state_bytes,
-)
+from gemkit.train.engine import load_engine  # noqa: E402
+from gemkit.train.model_server import ModelServer, ServerLimits  # noqa: E402
+from gemkit.train.weight_updates import state_bytes  # noqa: E402
 
 from .conftest import Background  # noqa: E402
 
@@ -375,7 +372,7 @@ async def test_two_updates_naming_the_same_version_land_once():
 
 def test_the_operator_sets_the_first_version_at_start():
     from gemkit.serving import RequestError
-    from gemkit.train.model_server import unique_state
+    from gemkit.train.engine import unique_state
 
     engine = load_engine(tiny=ENV, version=57)
     with pytest.raises(RequestError, match="next version, 58"):

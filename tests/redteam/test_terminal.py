@@ -19,14 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gemkit.envs.terminal import backends
-from gemkit.envs.terminal.backends import (
-    SECRET_DIRS,
-    BwrapTerminal,
-    DockerTerminal,
-    _split_status,
-    hidden_dirs,
-)
+from gemkit.envs.terminal import bwrap
+from gemkit.envs.terminal.bwrap import SECRET_DIRS, BwrapTerminal, hidden_dirs
+from gemkit.envs.terminal.docker import DockerTerminal, _split_status
 from gemkit.envs.terminal.env import TerminalEnv
 from gemkit.envs.terminal.task import TASKS_DIR, Task, builtin_tasks
 
@@ -406,8 +401,8 @@ def test_a_secret_folder_under_a_bound_path_is_empty_in_the_sandbox(
     (shared / "gemkit" / "tasks").mkdir(parents=True)
     (shared / "gemkit" / "tasks" / "count_words.yaml").write_text("solution: secret\n")
     (shared / "public.txt").write_text("public\n")
-    monkeypatch.setattr(backends, "BWRAP_RO", (*backends.BWRAP_RO, str(shared)))
-    monkeypatch.setattr(backends, "SECRET_DIRS", (str(shared / "gemkit"),))
+    monkeypatch.setattr(bwrap, "BWRAP_RO", (*bwrap.BWRAP_RO, str(shared)))
+    monkeypatch.setattr(bwrap, "SECRET_DIRS", (str(shared / "gemkit"),))
     t = BwrapTerminal()
     t.start()
     try:

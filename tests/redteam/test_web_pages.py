@@ -162,7 +162,8 @@ def test_a_page_cannot_drive_the_search_server(browser, evil_page, tmp_path):
 
 def test_a_page_cannot_swap_the_served_weights_or_jump_their_version(browser, evil_page, tmp_path):
     pytest.importorskip("torch", reason="needs the `train` extra (torch, transformers)")
-    from gemkit.train.model_server import ModelServer, load_engine
+    from gemkit.train.engine import load_engine
+    from gemkit.train.model_server import ModelServer
 
     engine = load_engine(tiny="toy:Copy-v0")
     load_engine(tiny="toy:Copy-v0", seed=1).model.save_pretrained(tmp_path / "other")

@@ -21,7 +21,10 @@ from gemkit.sandbox import (
     SandboxUnavailableError,
     backends,
     memcg,
+    outcome,
+    seccomp,
     truncation_marker,
+    wire,
     worker,
 )
 from gemkit.sandbox import sandbox as sandbox_module
@@ -457,7 +460,7 @@ def test_the_first_import_nothing_finds_runs_what_site_skipped_once(monkeypatch,
 
 
 def test_the_code_inherits_no_future_flags_from_the_supervisor(sb):
-    # worker.py uses `from __future__ import annotations`; the user's code must not
+    # the supervisor's source opens with `from __future__ import annotations`; the user's code must not
     code = "def f(x: int) -> None: pass\nprint(f.__annotations__['x'] is int)"
     assert sb.run_sync(code).stdout == "True\n"
     session = sb.session()
@@ -517,39 +520,69 @@ def test_each_sandbox_has_its_memory_cgroup_until_it_closes():
 
 
 def test_a_reply_whose_parts_do_not_add_up_is_refused():
-    head = worker.encode_reply({"tail": [5, 0, 0], "stdout_bytes": 5}, 3)[worker.HEADER.size :]
+    head = wire.encode_reply({"tail": [5, 0, 0], "stdout_bytes": 5}, 3)[wire.HEADER.size :]
     with pytest.raises(ValueError, match="do not add up"):
-        worker.decode_reply(head + b"abc")
-    assert worker.decode_reply(worker.encode_reply({"pong": True})[4:]) == {"pong": True}
+        outcome.decode_reply(head + b"abc")
+    assert outcome.decode_reply(wire.encode_reply({"pong": True})[4:]) == {"pong": True}
 
 
 def test_the_code_s_own_report_cannot_name_a_limit_it_did_not_hit_through_its_exception_text():
-    report = worker.encode_report(
+    report = wire.encode_report(
         {
             "exit_code": 1,
             "finished": False,
             "exception": {"type": "ValueError", "last_line": "ValueError: x\0memory"},
         }
     )
-    parsed = worker.parse_report(report[worker.HEADER.size :])
+    parsed = wire.parse_report(report[wire.HEADER.size :])
     assert parsed["exception"] == {"type": "ValueError", "last_line": "ValueError: x\0memory"}
 
 
 def test_an_outsized_exception_line_is_cut_to_fit_the_report():
     line = "ValueError: " + "é" * 100_000
-    report = worker.encode_report(
+    report = wire.encode_report(
         {"exit_code": 1, "finished": False, "exception": {"type": "ValueError", "last_line": line}}
     )
-    assert len(report) <= worker.HEADER.size + worker.MAX_RESULT
-    parsed = worker.parse_report(report[worker.HEADER.size :])
+    assert len(report) <= wire.HEADER.size + wire.MAX_RESULT
+    parsed = wire.parse_report(report[wire.HEADER.size :])
     assert parsed["exception"]["last_line"].endswith(" [...]")
 
 
+def test_the_supervisors_program_is_its_files_joined_without_their_imports_of_each_other():
+    import ast
+
+    program = backends.worker_source()
+    tree = ast.parse(program)  # one module: its files' definitions meet in one namespace
+    imported = [
+        n.module if isinstance(n, ast.ImportFrom) else a.name
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Import | ast.ImportFrom)
+        for a in n.names
+    ]
+    assert not [m for m in imported if m and m.startswith("gemkit")]  # gemkit is hidden there
+    assert program.startswith("from __future__ import annotations\n")
+    assert program.count("from __future__ import") == 1  # a second one would not compile
+    defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+    for name in backends.WORKER_FILES:
+        source = ast.parse((Path(backends.__file__).parent / name).read_text())
+        names = {n.name for n in source.body if isinstance(n, ast.FunctionDef | ast.ClassDef)}
+        assert names <= defined, name
+    assert tree.body[-1].test.comparators[0].value == "__main__"  # worker.py's main runs last
+
+
+def test_a_supervisor_file_that_imports_gemkit_is_refused_by_name(tmp_path, monkeypatch):
+    (tmp_path / "part.py").write_text("from gemkit.errors import GemkitError\n")
+    monkeypatch.setattr(backends, "__file__", str(tmp_path / "backends.py"))
+    monkeypatch.setattr(backends, "WORKER_FILES", ("part.py",))
+    with pytest.raises(RuntimeError, match="part.py:1: the supervisor may import no gemkit"):
+        backends.worker_source.__wrapped__()
+
+
 def test_the_filter_has_a_table_for_each_machine_it_knows_and_none_for_others():
-    for machine in worker.SYSCALLS:
-        program = worker.seccomp_filter(machine)
+    for machine in seccomp.SYSCALLS:
+        program = seccomp.seccomp_filter(machine)
         assert program and len(program) % 8 == 0
-    assert worker.seccomp_filter("sparc64") is None
+    assert seccomp.seccomp_filter("sparc64") is None
 
 
 def test_hidden_paths_must_be_absolute_and_cannot_hold_the_interpreter():

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from gemkit.envs.terminal.backends import bwrap_available, docker_available
+from gemkit.envs.terminal.bwrap import bwrap_available
+from gemkit.envs.terminal.docker import docker_available
 
 _DOCKER_WHY = docker_available()
 _BWRAP_WHY = bwrap_available()

@@ -9,9 +9,10 @@ import json
 import pytest
 
 import gemkit
-from gemkit.envs.terminal.backends import TerminalError, choose_backend, truncation_marker
+from gemkit.envs.terminal.backends import choose_backend
 from gemkit.envs.terminal.env import TerminalEnv, TerminalExpert, make_terminal
 from gemkit.envs.terminal.task import TaskError, builtin_tasks
+from gemkit.envs.terminal.terminal import TerminalError, truncation_marker
 from gemkit.rollout import run_episode
 
 

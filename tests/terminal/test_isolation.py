@@ -13,20 +13,13 @@ import time
 
 import pytest
 
-from gemkit.envs.terminal.backends import (
-    FOLDER_PREFIX,
-    LABEL,
-    BwrapTerminal,
-    DockerTerminal,
-    Limits,
-    cleanup_stale,
-    cleanup_stale_folders,
-    list_containers,
-    open_terminal,
-)
+from gemkit.envs.terminal.backends import open_terminal
+from gemkit.envs.terminal.bwrap import FOLDER_PREFIX, BwrapTerminal, cleanup_stale_folders
+from gemkit.envs.terminal.docker import LABEL, DockerTerminal, cleanup_stale, list_containers
 from gemkit.envs.terminal.env import TerminalEnv
 from gemkit.envs.terminal.images import IMAGES, docker_client
 from gemkit.envs.terminal.task import builtin_tasks
+from gemkit.envs.terminal.terminal import Limits
 
 
 @pytest.fixture

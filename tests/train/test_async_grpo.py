@@ -126,7 +126,7 @@ def test_async_grpo_explains_bad_flags(example):
 
 
 def test_async_grpo_explains_a_server_it_cannot_reach(example, tmp_path):
-    from gemkit.train.model_server import free_port
+    from gemkit.train.server_process import free_port
 
     trainer = example("async_grpo")
     url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there

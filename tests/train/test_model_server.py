@@ -22,14 +22,11 @@ pytest.importorskip("transformers", reason="needs the `train` extra (torch, tran
 from aiohttp import web  # noqa: E402
 
 from gemkit.llm.sampling import trainable  # noqa: E402
-from gemkit.train.model_server import (  # noqa: E402
-    ModelServer,
-    ServerLimits,
-    ServerProcess,
-    load_engine,
-    state_bytes,
-)
+from gemkit.train.engine import load_engine  # noqa: E402
+from gemkit.train.model_server import ModelServer, ServerLimits  # noqa: E402
 from gemkit.train.sequences import pack, token_logprobs  # noqa: E402
+from gemkit.train.server_process import ServerProcess  # noqa: E402
+from gemkit.train.weight_updates import state_bytes  # noqa: E402
 
 ENV = "toy:Copy-v0"
 
@@ -230,7 +227,7 @@ def test_a_server_started_by_a_trainer_dies_with_it(tmp_path):
     script = tmp_path / "trainer.py"
     script.write_text(
         "import time\n"
-        "from gemkit.train.model_server import ServerProcess\n"
+        "from gemkit.train.server_process import ServerProcess\n"
         f"p = ServerProcess(['--tiny', {ENV!r}]).start()\n"
         "p.wait()\n"
         "print(p.proc.pid, flush=True)\n"
@@ -336,7 +333,7 @@ async def test_rows_per_request_are_capped_for_one_prompt_and_for_chat():
 
 
 async def test_the_kv_cache_argument_is_found_once_per_engine(monkeypatch):
-    from gemkit.train import model_server
+    from gemkit.train import engine
 
     async with Served() as s:
         assert s.engine.cache_arg in ("cache", "past_key_values")
@@ -344,7 +341,7 @@ async def test_the_kv_cache_argument_is_found_once_per_engine(monkeypatch):
         def per_batch(model):
             raise AssertionError("the cache argument is looked up per batch")
 
-        monkeypatch.setattr(model_server, "_cache_argument", per_batch)
+        monkeypatch.setattr(engine, "_cache_argument", per_batch)
         status, out = await s.post("/v1/completions", json={"prompt": [1, 2], "max_tokens": 3, "temperature": 0})  # fmt: skip
         assert status == 200 and out["choices"][0]["finish_reason"] in ("stop", "length")
 

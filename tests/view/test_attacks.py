@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gemkit.cli.view import check_task
-from gemkit.view import ViewServer, pages, store
-from gemkit.view.store import discover
+from gemkit.view import ViewServer, catalog, collection, pages, sources
+from gemkit.view import files as view_files
+from gemkit.view.catalog import discover
 
 PAYLOAD_PARTS = ("<script>window.__pwned", "<img src=x onerror", 'onerror="window')
 
@@ -70,7 +71,7 @@ def test_no_page_carries_model_written_markup_unescaped(hostile, get, xss):
     [
         "/static/../server.py",
         "/static/..%2fserver.py",
-        "/static/%2e%2e%2fstore.py",
+        "/static/%2e%2e%2fcatalog.py",
         "/static/viewer.css%00.py",
         "/static//etc/passwd",
         "/static/%2Fetc%2Fpasswd",
@@ -223,7 +224,7 @@ def test_a_dataset_file_swapped_for_a_link_to_a_file_outside_is_not_read(tmp_pat
     assert "Which" not in listing and "Which" not in record, "no question is read through"
 
 
-def _discover_within(root: Path, seconds: float = 30.0) -> store.Catalog:
+def _discover_within(root: Path, seconds: float = 30.0) -> catalog.Catalog:
     """`discover(root)` on a thread, so that a hang fails the test instead of the run."""
     got: list = []
     t = threading.Thread(target=lambda: got.append(discover(root)), daemon=True)
@@ -421,7 +422,8 @@ def test_verifier_checks_from_many_threads_run_a_few_at_a_time(tmp_path, demo, m
 
 def test_a_huge_line_is_listed_not_parsed(tmp_path, get, write, monkeypatch):
     """A record over the size limit costs no parse: it is listed with its size."""
-    monkeypatch.setattr(store, "MAX_RECORD_BYTES", 4096)
+    for module in (view_files, sources, collection):  # each reads the limit it imported
+        monkeypatch.setattr(module, "MAX_RECORD_BYTES", 4096)
     write(
         tmp_path / "episodes.jsonl",
         [{"env_id": "small", "turns": []}, {"env_id": "big", "turns": [], "pad": "x" * 20_000}],

@@ -12,7 +12,10 @@ import pytest
 from multidict import MultiDict
 
 from gemkit.view import pages
-from gemkit.view.store import Collection, ViewError, discover, parse_query
+from gemkit.view.catalog import discover
+from gemkit.view.collection import Collection
+from gemkit.view.files import ViewError
+from gemkit.view.query import parse_query
 
 ENVS = ("game:Sudoku-v0-easy", "game:Wordle-v0-easy", "math:Builtin-v0", "qa:Builtin-v0")
 

@@ -8,10 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from gemkit.view.catalog import Catalog
+from gemkit.view.collection import Collection
 from gemkit.view.markup import Markup, attrs, escape, fmt, join
 from gemkit.view.pages.overview_page import collection_notes
 from gemkit.view.pages.parts import badge, crumbs, items, layout, message, num, outcome, url
-from gemkit.view.store import ArrowSource, Catalog, Collection, parse_query
+from gemkit.view.query import parse_query
+from gemkit.view.sources import ArrowSource
 
 
 def _filters(coll: Collection, params: Mapping[str, Any]) -> Markup:

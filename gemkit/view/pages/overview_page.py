@@ -9,9 +9,12 @@ from typing import Any
 
 import numpy as np
 
+from gemkit.view.catalog import Catalog
+from gemkit.view.collection import Collection
+from gemkit.view.files import ViewError, read_tail
 from gemkit.view.markup import Markup, fmt, join
 from gemkit.view.pages.parts import kv, layout, message, num, pre, section, url
-from gemkit.view.store import Catalog, Collection, JsonlSource, ViewError, read_tail
+from gemkit.view.sources import JsonlSource
 
 #: how much of the end of a log a page reads
 SIDE_TAIL_BYTES = 64 * 1024

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
+from gemkit.view.collection import Collection
 from gemkit.view.markup import Markup, attrs, escape, fmt, join
-from gemkit.view.store import Collection
 
 #: characters of one text block shown before it is cut (the raw record has all of it)
 MAX_TEXT = 50_000

@@ -7,9 +7,11 @@ import datetime as dt
 import numpy as np
 
 from gemkit.view import plots
+from gemkit.view.catalog import Catalog
+from gemkit.view.collection import Collection
+from gemkit.view.files import ViewError, read_tail
 from gemkit.view.markup import Markup, fmt, join
 from gemkit.view.pages.parts import crumbs, layout, url
-from gemkit.view.store import Catalog, Collection, ViewError, read_tail
 
 #: how much of the end of progress.log the chart reads (a page never reads a whole log)
 PROGRESS_TAIL_BYTES = 4 * 2**20

@@ -8,9 +8,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gemkit.view.catalog import Catalog
+from gemkit.view.collection import Collection
 from gemkit.view.markup import Markup, escape, fmt, join
 from gemkit.view.pages.parts import badge, kv, message, outcome, section
-from gemkit.view.store import Catalog, Collection, Corpus
+from gemkit.view.side_data import Corpus
 
 _TOKEN = re.compile(r"\S+\s*|\s+")
 

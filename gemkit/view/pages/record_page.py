@@ -7,13 +7,15 @@ from typing import Any
 
 import numpy as np
 
+from gemkit.view.catalog import Catalog
+from gemkit.view.collection import Collection
 from gemkit.view.markup import Markup, fmt, join
 from gemkit.view.pages.episode_page import episode_view
 from gemkit.view.pages.parts import crumbs, items, layout, message, url
 from gemkit.view.pages.qa_page import corpus_for, qa_view
 from gemkit.view.pages.task_page import task_view
+from gemkit.view.query import parse_query
 from gemkit.view.records import read_turn_rows
-from gemkit.view.store import Catalog, Collection, parse_query
 
 
 def record_page(

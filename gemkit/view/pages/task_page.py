@@ -7,10 +7,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from gemkit.view.catalog import Catalog
+from gemkit.view.collection import Collection
+from gemkit.view.files import ViewError
 from gemkit.view.markup import Markup, fmt, join
 from gemkit.view.pages.parts import as_json, badge, kv, message, num, outcome, pre, section
 from gemkit.view.records import shorten
-from gemkit.view.store import Catalog, Collection, ViewError, database_summary, find_database
+from gemkit.view.side_data import database_summary, find_database
 
 #: the constraints every task verifier checks before its rules (see `synth.tasks.base`)
 GATES = {
