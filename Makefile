@@ -21,7 +21,7 @@ VERIFIERS_DEPS ?= anthropic gepa httpx2 loguru msgpack 'prime-pydantic-config[to
 NEMO_VENV ?= .venv-nemo
 NEMO_GYM ?= nemo-gym==0.4.0
 
-.PHONY: demo test live lint bench clean trainers nemo docs
+.PHONY: demo test live lint typecheck bench clean trainers nemo docs
 
 $(VENV)/.demo-installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,7 @@ demo: $(VENV)/.demo-installed
 
 test: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
+	$(MAKE) --no-print-directory typecheck
 	$(PY) -m pytest
 
 # The live suite: gemkit against a real vLLM and a real llama.cpp serving a real model
@@ -78,6 +79,17 @@ live: $(VENV)/.test-installed
 # the documentation site with its API reference, into build/site (warnings are errors)
 docs: $(VENV)/.test-installed
 	$(PY) -m mkdocs build --strict
+
+# mypy over gemkit/, envs/ and synth/ seen as the installed package sees them (gemkit.envs,
+# gemkit.synth): a tree of links in build/typecheck, where its cache stays between runs. The
+# level is in pyproject.toml ([tool.mypy]); then the public API, every __init__.pyi, --strict.
+TYPECHECK ?= build/typecheck
+typecheck: $(VENV)/.test-installed
+	rm -rf $(TYPECHECK)/gemkit && mkdir -p $(TYPECHECK)/gemkit
+	for f in gemkit/* envs synth; do ln -s "$(CURDIR)/$$f" $(TYPECHECK)/gemkit/; done
+	cd $(TYPECHECK) && $(abspath $(PY)) -m mypy --config-file $(CURDIR)/pyproject.toml
+	cd $(TYPECHECK) && $(abspath $(PY)) -m mypy --config-file $(CURDIR)/pyproject.toml \
+	  --strict --follow-imports=silent $$(find -L gemkit -name __init__.pyi | sort)
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
