@@ -142,7 +142,7 @@ class MultiAgentEnv:
                 f"unknown agent ids {unknown}; this env's agents are {self.possible_agents}"
             )
         current = self.current_agents
-        valid: dict[str, str] = {}
+        valid: dict[str, str | Mapping[str, Any]] = {}
         problems: dict[str, str] = {}
         for agent, action in actions.items():
             if agent in current:
@@ -221,8 +221,9 @@ class OpponentEnv(Env):
         self.max_opponent_moves = max_opponent_moves
         self._obs: AgentObs = {}
         # `--policy random` samples well-formed moves from the unwrapped env's `random_action`
-        if callable(getattr(env, "random_action", None)):
-            self.random_action = env.random_action
+        random_action = getattr(env, "random_action", None)
+        if callable(random_action):
+            self.random_action = random_action
 
     # -- opponents ------------------------------------------------------------------------
 

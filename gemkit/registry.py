@@ -81,7 +81,7 @@ class EnvSpec:
         render_mode = kwargs.pop("render_mode", None)
         factory = _resolve(self.entry_point)
         env = factory(**{**self.kwargs, **kwargs})
-        env.unwrapped.spec = self  # type: ignore[attr-defined]
+        env.unwrapped.spec = self
         if render_mode is not None:
             env.unwrapped.render_mode = render_mode
         return env
@@ -308,7 +308,8 @@ def _assemble(
     kwargs: dict[str, Any],
 ) -> Env:
     """`make` from a spec: build the env, give it its tools, then apply `wrappers`."""
-    env = env_spec.make(**kwargs)
+    # a wrapper stands in for the Env (it forwards the Env's methods): typed as what it wraps
+    env: Any = env_spec.make(**kwargs)
     if tools or mcp:
         from gemkit.tools.wrapper import wrap_with_tools
 

@@ -25,8 +25,13 @@ and `[k, "e", reason]` (its answer could not be copied).
 
 from __future__ import annotations
 
-# the sandbox's interpreter has this module loaded already (typing it has not: 5 ms)
+# the sandbox's interpreter has these modules loaded already (typing it has not: 5 ms)
+import sys
 from collections.abc import Callable
+
+TYPE_CHECKING = False  # typing's, without importing typing (type checkers read it as True)
+if TYPE_CHECKING:
+    from typing import Any
 
 MARK = "\x1egemkit-probe-record\x1e"
 #: bytes of JSON a record may hold (the program's stdout limit is raised to fit it)
@@ -48,7 +53,7 @@ class Unencodable(Exception):
     """An answer that cannot cross as plain data (too deep, too large, unhashable parts)."""
 
 
-def encode(value: object, depth: int = 0, budget: list | None = None) -> object:
+def encode(value: Any, depth: int = 0, budget: list | None = None) -> object:
     """`value` as tagged JSON data, by exact type; other objects become `["o", typename]`.
 
     `budget` is [values, characters] left for the whole answer.
@@ -114,11 +119,19 @@ def _plain_copy(value: object) -> object:
     return value
 
 
+if sys.version_info >= (3, 11):
+    _bytes_copy = bytes.__bytes__
+else:  # bytes.__bytes__ is Python 3.11's; a slice of the whole is the same copy
+
+    def _bytes_copy(value: bytes) -> bytes:
+        return bytes.__getitem__(value, slice(None))
+
+
 _COPIES = (
     (int, int.__int__),
     (float, float.__float__),
     (str, str.__str__),
-    (bytes, bytes.__bytes__),
+    (bytes, _bytes_copy),
     (list, lambda v: list(list.__iter__(v))),
     (tuple, lambda v: tuple(tuple.__iter__(v))),
     (set, lambda v: set(set.__iter__(v))),
@@ -212,7 +225,7 @@ class RecordError(Exception):
     """A record that is not well-formed tagged JSON."""
 
 
-def _reject(_text: str) -> None:
+def _reject(_value: object) -> None:
     raise RecordError("bare numbers and objects are not part of the format")
 
 
@@ -264,7 +277,7 @@ def _small_int(text: str) -> int:
     return int(text)
 
 
-def decode(data: object, opaque: Callable | None = None, depth: int = 0) -> object:
+def decode(data: Any, opaque: Callable | None = None, depth: int = 0) -> object:
     """Tagged JSON back to a value, checking every part by exact type; raise `RecordError`.
 
     `opaque(typename)` makes the placeholder for an object that stayed in the program.
@@ -323,7 +336,7 @@ class Replayer:
         self.queues: dict[int, list] = {}
         self.asked: dict[int, int] = {}
         self.broken: str | None = None
-        self.last: tuple[int, str, object] | None = None
+        self.last: tuple[int, str, Any] | None = None
         self.raised: set[int] = set()
 
     def opaque(self, name: str) -> Opaque:

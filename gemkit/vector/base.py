@@ -77,6 +77,8 @@ class VectorEnv:
       `VectorEnvError` with each slot's error: there is no observation to return.
     """
 
+    envs: list[Any]
+
     def __init__(self, env_fns: Sequence[Callable[[], Any]], *, autoreset_mode: str = "next_step"):
         self._init_slots(len(env_fns), autoreset_mode)
         self.envs = [fn() for fn in env_fns]
@@ -93,7 +95,7 @@ class VectorEnv:
             raise VectorEnvError("a vector env needs at least one env")
         self.autoreset_mode = autoreset_mode
         self.num_envs = num_envs
-        self.envs: list[Any] = []
+        self.envs = []
         self._last_obs: list[Any] = [""] * num_envs
         self._done = [False] * num_envs
         self._order = list(range(num_envs))  # the slots, for results that come in this order
@@ -149,6 +151,7 @@ class VectorEnv:
 
     def _step_slot(self, i: int, action: Any) -> SlotGen:
         first = self._first_request(i, action)
+        info: dict[str, Any]
         if first is None:
             info = {"error": f"env {i} has finished its episode; call reset(indices=[{i}])"}
             return self._last_obs[i], 0.0, False, False, info
@@ -224,15 +227,16 @@ class VectorEnv:
         if len(results) == n:  # every slot stepped: transpose the rows into columns
             in_order = list(results) == self._order
             rows = results.values() if in_order else [results[i] for i in range(n)]
-            obs, rewards, terminated, truncated, infos = zip(*rows, strict=True)
+            obs_col, reward_col, terminated_col, truncated_col, info_col = zip(*rows, strict=True)
             return VectorStep(
-                list(obs),
-                np.array(rewards, dtype=np.float64),
-                np.array(terminated, dtype=bool),
-                np.array(truncated, dtype=bool),
-                list(infos),
+                list(obs_col),
+                np.array(reward_col, dtype=np.float64),
+                np.array(terminated_col, dtype=bool),
+                np.array(truncated_col, dtype=bool),
+                list(info_col),
             )
-        obs, infos = list(self._last_obs), [{"skipped": True} for _ in range(n)]
+        obs: list[str] = list(self._last_obs)
+        infos: list[dict[str, Any]] = [{"skipped": True} for _ in range(n)]
         rewards = np.zeros(n, dtype=np.float64)
         terminated = np.zeros(n, dtype=bool)
         truncated = np.zeros(n, dtype=bool)

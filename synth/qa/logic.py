@@ -311,7 +311,8 @@ def value_text(node: Node, rel: str, refs: dict[str, str]) -> str:
     """How a value node reads inside a relation's phrase."""
     kind = node["kind"]
     if kind == "entity":
-        return refs.get(node["id"], node["name"])
+        name: str = node["name"]
+        return refs.get(node["id"], name)
     if kind == "literal":
         obj = RELATIONS[rel].obj
         if obj == NUMBER:
