@@ -124,7 +124,9 @@ class MultiAgentEnv:
 
     # -- helpers for subclasses -----------------------------------------------------------
 
-    def split_actions(self, actions: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    def split_actions(
+        self, actions: Mapping[str, Any]
+    ) -> tuple[dict[str, str | Mapping[str, Any]], dict[str, str]]:
         """Sort `actions` into those of agents on turn and messages for everyone else.
 
         Returns `(valid, problems)`: `valid[a]` is the action of agent `a` on turn (text, or a

@@ -56,9 +56,9 @@ _UNSUPPORTED = {
     ast.AsyncFor: "'async for'",
     ast.AsyncWith: "'async with'",
     ast.Match: "'match'",
-    # `except*` is Python 3.11's (3.10's ast has no TryStar, nor parses one)
-    **({ast.TryStar: "'except*'"} if sys.version_info >= (3, 11) else {}),
 }
+if sys.version_info >= (3, 11):  # `except*` is 3.11's (3.10's ast has no TryStar, nor parses one)
+    _UNSUPPORTED[ast.TryStar] = "'except*'"
 
 
 class TestShapeError(ValueError):

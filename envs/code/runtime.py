@@ -101,7 +101,7 @@ def encode(value: Any, depth: int = 0, budget: list | None = None) -> object:
 _EXACT = frozenset({type(None), bool, int, float, str, bytes, list, tuple, set, frozenset, dict})
 
 
-def _plain_copy(value: object) -> object:
+def _plain_copy(value: Any) -> object:
     """A subclass of a plain type (Counter, namedtuple, IntEnum) as its base type's value,
     through the base type's own methods; a numpy scalar as its `.item()`; else `value`.
 

@@ -95,13 +95,15 @@ class Minesweeper(GameEnv):
         for k in chosen:
             self.mine[divmod(free[int(k)], self.cols)] = True
         padded = np.pad(self.mine.astype(np.int8), 1)
-        adjacent: np.ndarray = sum(
-            padded[1 + dr : 1 + dr + self.rows, 1 + dc : 1 + dc + self.cols]
-            for dr in (-1, 0, 1)
-            for dc in (-1, 0, 1)
-            if dr or dc
-        )
-        self.counts = adjacent.astype(np.int8)
+        self.counts = np.sum(
+            [
+                padded[1 + dr : 1 + dr + self.rows, 1 + dc : 1 + dc + self.cols]
+                for dr in (-1, 0, 1)
+                for dc in (-1, 0, 1)
+                if dr or dc
+            ],
+            axis=0,
+        ).astype(np.int8)
         self.placed = True
 
     def parse(self, move: str) -> tuple[str, int, int]:
