@@ -6,7 +6,7 @@ import asyncio
 import copy
 import functools
 import string
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, SupportsFloat, cast
 
 import gymnasium
@@ -331,7 +331,7 @@ def areset_of(
     A plain function, not a coroutine: awaiting it awaits the env's own twin directly, with no
     extra frame on the hot path.
     """
-    twin = getattr(env, "areset", None)
+    twin: Callable[..., Awaitable[ResetResult]] | None = getattr(env, "areset", None)
     if twin is not None:
         return twin(seed=seed, options=options)
     return _derived(env, "reset", (), {"seed": seed, "options": options})
@@ -339,7 +339,7 @@ def areset_of(
 
 def astep_of(env: Any, action: Any) -> Awaitable[StepResult]:
     """`env.astep(action)` to await, derived for an env that has only `step` (as `areset_of`)."""
-    twin = getattr(env, "astep", None)
+    twin: Callable[[Any], Awaitable[StepResult]] | None = getattr(env, "astep", None)
     if twin is not None:
         return twin(action)
     return _derived(env, "step", (action,), {})

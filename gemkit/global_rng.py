@@ -46,9 +46,7 @@ def _running() -> PrivateGlobalRNG | None:
 # `random`'s functions are bound methods of one hidden `Random`; numpy's legacy ones of one
 # `RandomState` (plus three plain functions that reach it: seed, get_state, set_state)
 _PY_NAMES = frozenset(
-    name
-    for name, value in vars(random).items()
-    if getattr(value, "__self__", None) is random._inst
+    name for name, value in vars(random).items() if getattr(value, "__self__", None) is random._inst
 )
 _NP_NAMES = frozenset(
     name

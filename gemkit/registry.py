@@ -18,7 +18,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gemkit.errors import GemkitError, InvalidEnvIdError, RegistrationError, UnknownEnvError
 
@@ -84,7 +84,8 @@ class EnvSpec:
         env.unwrapped.spec = self
         if render_mode is not None:
             env.unwrapped.render_mode = render_mode
-        return env
+        made: Env = env
+        return made
 
     def missing(self) -> tuple[str, ...]:
         """The modules of `requires` that are not installed (found without importing them)."""
@@ -176,7 +177,8 @@ def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
     obj: Any = importlib.import_module(module)
     for part in attr.split(".") if attr else ():
         obj = getattr(obj, part)
-    return obj
+    resolved: Callable[..., Any] = obj
+    return resolved
 
 
 def _entry_points() -> list[Any]:
@@ -308,12 +310,13 @@ def _assemble(
     kwargs: dict[str, Any],
 ) -> Env:
     """`make` from a spec: build the env, give it its tools, then apply `wrappers`."""
-    # a wrapper stands in for the Env (it forwards the Env's methods): typed as what it wraps
-    env: Any = env_spec.make(**kwargs)
+    env = env_spec.make(**kwargs)
     if tools or mcp:
         from gemkit.tools.wrapper import wrap_with_tools
 
-        env = wrap_with_tools(env, tools=tools or (), mcp=mcp, **(tool_options or {}))
+        # a wrapper stands in for its Env (it forwards every Env method): typed as what it wraps
+        wrapped = wrap_with_tools(env, tools=tools or (), mcp=mcp, **(tool_options or {}))
+        env = cast(Env, wrapped)
     for wrap in wrappers:
         env = wrap(env)
     return env
@@ -411,7 +414,8 @@ def make_policy(name: str, env_id: str, *, seed: int | None = None, **kwargs: An
     all of them; other kwargs (`system_prompt`, `tools`, sampling) go to `LLMPolicy`.
     """
     if name == "expert":
-        return spec(env_id).make_expert(seed=seed)
+        expert: Policy = spec(env_id).make_expert(seed=seed)
+        return expert
     if name == "random":
         from gemkit.policy import RandomPolicy
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -22,6 +22,9 @@ AUTORESET_MODES = ("next_step", "same_step", "disabled")
 Request = tuple[Any, ...]
 SlotResult = tuple[str, float, bool, bool, dict[str, Any]]
 SlotGen = Generator[Request, Any, Any]
+ResetRow = tuple[str, dict[str, Any]]
+#: what a slot's generator returns: a SlotResult (a step) or a ResetRow (a reset)
+R = TypeVar("R")
 
 
 @dataclass
@@ -112,7 +115,9 @@ class VectorEnv:
             raise VectorEnvError(f"got {len(seeds)} seeds for {self.num_envs} envs")
         return seeds
 
-    def _reset_slot(self, i: int, seed: int | None, options: dict | None) -> SlotGen:
+    def _reset_slot(
+        self, i: int, seed: int | None, options: dict[str, Any] | None
+    ) -> Generator[Request, Any, ResetRow]:
         try:
             obs, info = yield ("reset", seed, options)
         except Exception as e:  # noqa: BLE001 - isolate the slot
@@ -149,7 +154,7 @@ class VectorEnv:
         self._last_obs[i] = obs
         return obs, float(reward), False, False, info
 
-    def _step_slot(self, i: int, action: Any) -> SlotGen:
+    def _step_slot(self, i: int, action: Any) -> Generator[Request, Any, SlotResult]:
         first = self._first_request(i, action)
         info: dict[str, Any]
         if first is None:
@@ -245,7 +250,7 @@ class VectorEnv:
         return VectorStep(obs, rewards, terminated, truncated, infos)
 
     def _collect_reset(
-        self, results: dict[int, tuple[str, dict]]
+        self, results: dict[int, ResetRow]
     ) -> tuple[list[str], list[dict[str, Any]]]:
         infos: list[dict[str, Any]] = [{"skipped": True} for _ in range(self.num_envs)]
         for i, (_, info) in results.items():
@@ -362,7 +367,9 @@ class VectorEnv:
             self.close()
 
 
-def drive_sync(gen: SlotGen, env: Any, answered: tuple[Any, bool] | None = None) -> Any:
+def drive_sync(
+    gen: Generator[Request, Any, R], env: Any, answered: tuple[Any, bool] | None = None
+) -> R:
     """Carry out a slot's requests with the env's sync methods.
 
     `answered`: `(answer, raised)` of its first request, already carried out by the caller.
@@ -383,4 +390,5 @@ def drive_sync(gen: SlotGen, env: Any, answered: tuple[Any, bool] | None = None)
             else:
                 request = gen.send(result)
     except StopIteration as stop:
-        return stop.value
+        value: R = stop.value  # the generator's return value
+        return value

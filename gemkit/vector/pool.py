@@ -258,7 +258,9 @@ class Pool:
         if w.lost is not None:
             out[k] = w.lost
             return True
-        if not (readable or select.select([w.channel()], [], [], 0)[0]):  # it ended, nothing to read
+        if not (
+            readable or select.select([w.channel()], [], [], 0)[0]
+        ):  # it ended, nothing to read
             out[k] = self.lose(k)
             return True
         try:

@@ -279,9 +279,7 @@ class ContextWrapper(Wrapper):
         # No model call follows a finished episode; editing then would only cost (a summary!).
         return terminated or truncated
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ChatReset:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ChatReset:
         """Reset the stack; edit the first chat if it is already over budget."""
         _, info = self.env.reset(seed=seed, options=options)
         self.steps, self.edits, self.warnings = 0, [], []

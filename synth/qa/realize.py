@@ -241,9 +241,7 @@ class Realizer:
             options.append(
                 (
                     cost,
-                    lambda: (
-                        f"{with_article(head)} {out_pp.format(O=self.value(inner, c['rel']))}"
-                    ),
+                    lambda: f"{with_article(head)} {out_pp.format(O=self.value(inner, c['rel']))}",
                 )
             )
         return options

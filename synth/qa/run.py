@@ -99,8 +99,8 @@ class RunStats:
 
     kept: int = 0
     items: int = 0
-    rejected: Counter = field(default_factory=Counter)  # final stage -> items
-    edit_rejections: Counter = field(default_factory=Counter)  # stage -> rejected edits
+    rejected: Counter[str] = field(default_factory=Counter)  # final stage -> items
+    edit_rejections: Counter[str] = field(default_factory=Counter)  # stage -> rejected edits
     #: edits refused because the clause they added did no work (counted in edit_rejections)
     idle_edits: int = 0
     n_inject: list[int] = field(default_factory=list)
@@ -197,11 +197,13 @@ class InlineBackend:
 
     async def search(self, query: str, topk: int) -> list[dict[str, Any]]:
         """The docs for `query`, best first."""
-        return self.index.search(query, topk)
+        docs: list[dict[str, Any]] = self.index.search(query, topk)
+        return docs
 
     async def access(self, url_or_id: str) -> dict[str, Any] | None:
         """The full doc at `url_or_id`, or None."""
-        return self.index.access(url_or_id)
+        doc: dict[str, Any] | None = self.index.access(url_or_id)
+        return doc
 
     async def close(self) -> None:
         """Nothing to release."""

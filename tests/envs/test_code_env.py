@@ -342,7 +342,6 @@ def _python310() -> str | None:
     return None
 
 
-
 def _run_on_python_3_10(path: str, then: str) -> str:
     """Load the standard-library-only module at `path` on Python 3.10, run `then`, its stdout."""
     import subprocess
