@@ -316,7 +316,7 @@ def _assemble(
 
         # a wrapper stands in for its Env (it forwards every Env method): typed as what it wraps
         wrapped = wrap_with_tools(env, tools=tools or (), mcp=mcp, **(tool_options or {}))
-        env = cast(Env, wrapped)
+        env = cast("Env", wrapped)
     for wrap in wrappers:
         env = wrap(env)
     return env
