@@ -25,8 +25,7 @@ and `[k, "e", reason]` (its answer could not be copied).
 
 from __future__ import annotations
 
-# the sandbox's interpreter has these modules loaded already (typing it has not: 5 ms)
-import sys
+# the sandbox's interpreter has this module loaded already (typing it has not: 5 ms)
 from collections.abc import Callable
 
 TYPE_CHECKING = False  # typing's, without importing typing (type checkers read it as True)
@@ -53,7 +52,8 @@ class Unencodable(Exception):
     """An answer that cannot cross as plain data (too deep, too large, unhashable parts)."""
 
 
-def encode(value: Any, depth: int = 0, budget: list | None = None) -> object:
+# "Any" in quotes: the recorder's part of this file is compiled without its __future__ import
+def encode(value: "Any", depth: int = 0, budget: list | None = None) -> object:  # noqa: UP037
     """`value` as tagged JSON data, by exact type; other objects become `["o", typename]`.
 
     `budget` is [values, characters] left for the whole answer.
@@ -101,7 +101,7 @@ def encode(value: Any, depth: int = 0, budget: list | None = None) -> object:
 _EXACT = frozenset({type(None), bool, int, float, str, bytes, list, tuple, set, frozenset, dict})
 
 
-def _plain_copy(value: Any) -> object:
+def _plain_copy(value: "Any") -> object:  # noqa: UP037
     """A subclass of a plain type (Counter, namedtuple, IntEnum) as its base type's value,
     through the base type's own methods; a numpy scalar as its `.item()`; else `value`.
 
@@ -119,19 +119,12 @@ def _plain_copy(value: Any) -> object:
     return value
 
 
-if sys.version_info >= (3, 11):
-    _bytes_copy = bytes.__bytes__
-else:  # bytes.__bytes__ is Python 3.11's; a slice of the whole is the same copy
-
-    def _bytes_copy(value: bytes) -> bytes:
-        return bytes.__getitem__(value, slice(None))
-
-
 _COPIES = (
     (int, int.__int__),
     (float, float.__float__),
     (str, str.__str__),
-    (bytes, _bytes_copy),
+    # bytes.__bytes__ is Python 3.11's; on 3.10 a slice of the whole is the same copy
+    (bytes, getattr(bytes, "__bytes__", None) or (lambda v: bytes.__getitem__(v, slice(None)))),
     (list, lambda v: list(list.__iter__(v))),
     (tuple, lambda v: tuple(tuple.__iter__(v))),
     (set, lambda v: set(set.__iter__(v))),
