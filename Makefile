@@ -96,7 +96,7 @@ typecheck: $(VENV)/.test-installed
 	  for m in $$mods; do p=$$(echo $$m | tr . /)/__init__.py; \
 	    if [ -f $$p ]; then mods="$$mods $$($(API_FROM) $$p)"; fi; done && \
 	  $(abspath $(PY)) -m mypy --config-file $(CURDIR)/pyproject.toml --strict \
-	    --follow-imports=silent --no-warn-unused-configs $$(printf -- '-m %s\n' $$mods | sort -u)
+	    --follow-imports=silent --no-warn-unused-configs --cache-dir .mypy_cache_strict $$(printf -- '-m %s\n' $$mods | sort -u)
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
