@@ -21,7 +21,7 @@ VERIFIERS_DEPS ?= anthropic gepa httpx2 loguru msgpack 'prime-pydantic-config[to
 NEMO_VENV ?= .venv-nemo
 NEMO_GYM ?= nemo-gym==0.4.0
 
-.PHONY: demo test live lint bench clean trainers nemo docs
+.PHONY: demo test live lint typecheck bench clean trainers nemo docs
 
 $(VENV)/.demo-installed: pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -61,6 +61,7 @@ demo: $(VENV)/.demo-installed
 
 test: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
+	$(MAKE) --no-print-directory typecheck
 	$(PY) -m pytest
 
 # The live suite: gemkit against a real vLLM and a real llama.cpp serving a real model
@@ -78,6 +79,24 @@ live: $(VENV)/.test-installed
 # the documentation site with its API reference, into build/site (warnings are errors)
 docs: $(VENV)/.test-installed
 	$(PY) -m mkdocs build --strict
+
+# mypy over gemkit/, envs/ and synth/ seen as the installed package sees them (gemkit.envs,
+# gemkit.synth): a tree of links in build/typecheck, where its cache stays between runs. The
+# level is in pyproject.toml ([tool.mypy]). Then the public API under --strict: every
+# __init__.pyi and the modules its names come from (through a package's __init__, as
+# gemkit.vector's), each module's own errors only (docs/architecture.md, Type checking).
+TYPECHECK ?= build/typecheck
+API_FROM = sed -n 's/^from \(gemkit[a-z_.]*\) import .*/\1/p'
+typecheck: $(VENV)/.test-installed
+	rm -rf $(TYPECHECK)/gemkit && mkdir -p $(TYPECHECK)/gemkit
+	for f in gemkit/* envs synth; do ln -s "$(CURDIR)/$$f" $(TYPECHECK)/gemkit/; done
+	cd $(TYPECHECK) && $(abspath $(PY)) -m mypy --config-file $(CURDIR)/pyproject.toml
+	cd $(TYPECHECK) && stubs=$$(find -L gemkit -name __init__.pyi | sort) && \
+	  mods="$$(dirname $$stubs | tr / .) $$($(API_FROM) $$stubs)" && \
+	  for m in $$mods; do p=$$(echo $$m | tr . /)/__init__.py; \
+	    if [ -f $$p ]; then mods="$$mods $$($(API_FROM) $$p)"; fi; done && \
+	  $(abspath $(PY)) -m mypy --config-file $(CURDIR)/pyproject.toml --strict \
+	    --follow-imports=silent --no-warn-unused-configs --cache-dir .mypy_cache_strict $$(printf -- '-m %s\n' $$mods | sort -u)
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .

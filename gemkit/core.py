@@ -6,8 +6,8 @@ import asyncio
 import copy
 import functools
 import string
-from collections.abc import Awaitable
-from typing import Any, SupportsFloat
+from collections.abc import Awaitable, Callable
+from typing import Any, SupportsFloat, cast
 
 import gymnasium
 import numpy as np
@@ -18,6 +18,11 @@ from gymnasium.vector.utils import create_shared_memory
 
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 ResetResult = tuple[str, dict[str, Any]]
+
+
+def as_step_result(result: tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]) -> StepResult:
+    """A gymnasium env's step result read as gemkit's (its reward passes through as it is)."""
+    return cast(StepResult, result)
 
 
 class TextSpace(Text):
@@ -189,14 +194,16 @@ class Wrapper(gymnasium.Wrapper[str, str, str, str]):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> ResetResult:
         """Async twin of `reset`: forwards to the wrapped env's `areset`."""
-        if _sync_override(type(self), "reset"):
+        cls: type = type(self)
+        if _sync_override(cls, "reset"):
             return self.reset(seed=seed, options=options)
         return await areset_of(self.env, seed=seed, options=options)
 
     async def astep(self, action: str) -> StepResult:
         """Async twin of `step`: forwards to the wrapped env's `astep`."""
-        if _sync_override(type(self), "step"):
-            return self.step(action)
+        cls: type = type(self)
+        if _sync_override(cls, "step"):
+            return as_step_result(self.step(action))
         return await astep_of(self.env, action)
 
     def clone(self) -> Wrapper:
@@ -228,21 +235,23 @@ class ObservationWrapper(Wrapper):
 
     def step(self, action: str) -> StepResult:
         """Step the wrapped env and transform the observation."""
-        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, reward, terminated, truncated, info = as_step_result(self.env.step(action))
         return self.observation(obs), reward, terminated, truncated, info
 
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> ResetResult:
         """Async twin of `reset`."""
-        if _sync_override(type(self), "reset"):
+        cls: type = type(self)
+        if _sync_override(cls, "reset"):
             return self.reset(seed=seed, options=options)
         obs, info = await areset_of(self.env, seed=seed, options=options)
         return self.observation(obs), info
 
     async def astep(self, action: str) -> StepResult:
         """Async twin of `step`."""
-        if _sync_override(type(self), "step"):
+        cls: type = type(self)
+        if _sync_override(cls, "step"):
             return self.step(action)
         obs, reward, terminated, truncated, info = await astep_of(self.env, action)
         return self.observation(obs), reward, terminated, truncated, info
@@ -257,11 +266,12 @@ class ActionWrapper(Wrapper):
 
     def step(self, action: Any) -> StepResult:
         """Transform the action and step the wrapped env."""
-        return self.env.step(self.action(action))
+        return as_step_result(self.env.step(self.action(action)))
 
     async def astep(self, action: Any) -> StepResult:
         """Async twin of `step`."""
-        if _sync_override(type(self), "step"):
+        cls: type = type(self)
+        if _sync_override(cls, "step"):
             return self.step(action)
         return await astep_of(self.env, self.action(action))
 
@@ -280,7 +290,8 @@ class RewardWrapper(Wrapper):
 
     async def astep(self, action: str) -> StepResult:
         """Async twin of `step`."""
-        if _sync_override(type(self), "step"):
+        cls: type = type(self)
+        if _sync_override(cls, "step"):
             return self.step(action)
         obs, reward, terminated, truncated, info = await astep_of(self.env, action)
         return obs, self.reward(reward), terminated, truncated, info
@@ -320,7 +331,7 @@ def areset_of(
     A plain function, not a coroutine: awaiting it awaits the env's own twin directly, with no
     extra frame on the hot path.
     """
-    twin = getattr(env, "areset", None)
+    twin: Callable[..., Awaitable[ResetResult]] | None = getattr(env, "areset", None)
     if twin is not None:
         return twin(seed=seed, options=options)
     return _derived(env, "reset", (), {"seed": seed, "options": options})
@@ -328,7 +339,7 @@ def areset_of(
 
 def astep_of(env: Any, action: Any) -> Awaitable[StepResult]:
     """`env.astep(action)` to await, derived for an env that has only `step` (as `areset_of`)."""
-    twin = getattr(env, "astep", None)
+    twin: Callable[[Any], Awaitable[StepResult]] | None = getattr(env, "astep", None)
     if twin is not None:
         return twin(action)
     return _derived(env, "step", (action,), {})
@@ -361,6 +372,8 @@ def _owner(cls: type, name: str) -> type:
     return next(k for k in cls.__mro__ if name in k.__dict__)
 
 
+# callers bind `cls: type = type(self)` first: mypy reads type[Wrapper] (a gymnasium wrapper
+# class) as unhashable, though every class is
 @functools.cache
 def _sync_override(cls: type, name: str) -> bool:
     """True when `cls` overrides sync `name` below the class that defines its async twin."""

@@ -16,6 +16,7 @@ run resumed writes the same bytes an uninterrupted run writes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -138,7 +139,7 @@ async def evaluate(
             await play(
                 env_id,
                 [k for k in range(n) if episode_key(env_id, k) not in done],
-                lambda s, env_id=env_id: policy_factory(env_id, s),
+                functools.partial(policy_factory, env_id),
                 seed=seed,
                 concurrency=concurrency,
                 make_kwargs=make_kwargs(env_id) if make_kwargs else None,

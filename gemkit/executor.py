@@ -264,13 +264,12 @@ def get_executor(
     **options: Any,
 ) -> Executor:
     """An executor by name: `local`, `process` or `ray` (`options` go to Ray: `address=`...)."""
-    init = {"initializer": initializer, "initargs": initargs}
     if kind == "local":
-        return LocalExecutor(workers, **init)
+        return LocalExecutor(workers, initializer=initializer, initargs=initargs)
     if kind == "process":
-        return ProcessExecutor(workers, **init)
+        return ProcessExecutor(workers, initializer=initializer, initargs=initargs)
     if kind == "ray":
-        return RayExecutor(workers, **init, **options)
+        return RayExecutor(workers, initializer=initializer, initargs=initargs, **options)
     raise ExecutorError(f"unknown executor {kind!r}; expected one of {', '.join(EXECUTORS)}")
 
 

@@ -46,14 +46,12 @@ def _running() -> PrivateGlobalRNG | None:
 # `random`'s functions are bound methods of one hidden `Random`; numpy's legacy ones of one
 # `RandomState` (plus three plain functions that reach it: seed, get_state, set_state)
 _PY_NAMES = frozenset(
-    name
-    for name, value in vars(random).items()
-    if getattr(value, "__self__", None) is random._inst  # type: ignore[attr-defined]
+    name for name, value in vars(random).items() if getattr(value, "__self__", None) is random._inst
 )
 _NP_NAMES = frozenset(
     name
     for name, value in vars(np.random).items()
-    if getattr(value, "__self__", None) is mtrand._rand  # type: ignore[attr-defined]
+    if getattr(value, "__self__", None) is mtrand._rand
 ) | {"seed", "get_state", "set_state"}
 
 
@@ -119,9 +117,9 @@ def _replacement(value: Any) -> Any:
     if type(value) not in _METHOD_TYPES:  # never touch other objects (some load on access)
         return None
     owner, name = value.__self__, value.__name__
-    if owner is random._inst and name in _PY_NAMES:  # type: ignore[attr-defined]
+    if owner is random._inst and name in _PY_NAMES:
         return _forward(_RANDOM, name)
-    if owner is mtrand._rand and name in _NP_NAMES:  # type: ignore[attr-defined]
+    if owner is mtrand._rand and name in _NP_NAMES:
         return _forward(_NP_RANDOM, name)
     return None
 

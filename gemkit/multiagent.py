@@ -124,7 +124,9 @@ class MultiAgentEnv:
 
     # -- helpers for subclasses -----------------------------------------------------------
 
-    def split_actions(self, actions: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
+    def split_actions(
+        self, actions: Mapping[str, Any]
+    ) -> tuple[dict[str, str | Mapping[str, Any]], dict[str, str]]:
         """Sort `actions` into those of agents on turn and messages for everyone else.
 
         Returns `(valid, problems)`: `valid[a]` is the action of agent `a` on turn (text, or a
@@ -142,7 +144,7 @@ class MultiAgentEnv:
                 f"unknown agent ids {unknown}; this env's agents are {self.possible_agents}"
             )
         current = self.current_agents
-        valid: dict[str, str] = {}
+        valid: dict[str, str | Mapping[str, Any]] = {}
         problems: dict[str, str] = {}
         for agent, action in actions.items():
             if agent in current:
@@ -221,8 +223,9 @@ class OpponentEnv(Env):
         self.max_opponent_moves = max_opponent_moves
         self._obs: AgentObs = {}
         # `--policy random` samples well-formed moves from the unwrapped env's `random_action`
-        if callable(getattr(env, "random_action", None)):
-            self.random_action = env.random_action
+        random_action = getattr(env, "random_action", None)
+        if callable(random_action):
+            self.random_action = random_action
 
     # -- opponents ------------------------------------------------------------------------
 

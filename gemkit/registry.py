@@ -18,7 +18,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from gemkit.errors import GemkitError, InvalidEnvIdError, RegistrationError, UnknownEnvError
 
@@ -81,10 +81,11 @@ class EnvSpec:
         render_mode = kwargs.pop("render_mode", None)
         factory = _resolve(self.entry_point)
         env = factory(**{**self.kwargs, **kwargs})
-        env.unwrapped.spec = self  # type: ignore[attr-defined]
+        env.unwrapped.spec = self
         if render_mode is not None:
             env.unwrapped.render_mode = render_mode
-        return env
+        made: Env = env
+        return made
 
     def missing(self) -> tuple[str, ...]:
         """The modules of `requires` that are not installed (found without importing them)."""
@@ -176,7 +177,8 @@ def _resolve(target: str | Callable[..., Any]) -> Callable[..., Any]:
     obj: Any = importlib.import_module(module)
     for part in attr.split(".") if attr else ():
         obj = getattr(obj, part)
-    return obj
+    resolved: Callable[..., Any] = obj
+    return resolved
 
 
 def _entry_points() -> list[Any]:
@@ -312,7 +314,9 @@ def _assemble(
     if tools or mcp:
         from gemkit.tools.wrapper import wrap_with_tools
 
-        env = wrap_with_tools(env, tools=tools or (), mcp=mcp, **(tool_options or {}))
+        # a wrapper stands in for its Env (it forwards every Env method): typed as what it wraps
+        wrapped = wrap_with_tools(env, tools=tools or (), mcp=mcp, **(tool_options or {}))
+        env = cast("Env", wrapped)
     for wrap in wrappers:
         env = wrap(env)
     return env
@@ -410,7 +414,8 @@ def make_policy(name: str, env_id: str, *, seed: int | None = None, **kwargs: An
     all of them; other kwargs (`system_prompt`, `tools`, sampling) go to `LLMPolicy`.
     """
     if name == "expert":
-        return spec(env_id).make_expert(seed=seed)
+        expert: Policy = spec(env_id).make_expert(seed=seed)
+        return expert
     if name == "random":
         from gemkit.policy import RandomPolicy
 

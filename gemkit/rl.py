@@ -292,7 +292,7 @@ def _row_lengths(rewards: object) -> list[int] | None:
     if not isinstance(rewards, Sequence):
         return None
     try:
-        return [len(row) for row in rewards]  # type: ignore[arg-type]
+        return [len(row) for row in rewards]
     except TypeError:
         return None
 

@@ -242,7 +242,7 @@ def _usage_of(policy: Any) -> dict[str, int]:
 SUCCESS_RETURN = 1.0
 
 
-def with_success(env: Any, info: Mapping[str, Any], total: float) -> Mapping[str, Any]:
+def with_success(env: Any, info: dict[str, Any], total: float) -> dict[str, Any]:
     """The last step's info with `success`: the env's own, else the return against a bar.
 
     A third-party env (a plain gymnasium env, one from another library) that says nothing

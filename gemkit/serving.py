@@ -332,7 +332,9 @@ class Guard:
             return True
         transport = request.transport
         local = transport.get_extra_info("sockname") if transport is not None else None
-        return bool(local) and _same_address(name, local[0])
+        if not local:
+            return False
+        return _same_address(name, local[0])
 
 
 def _routed(request: Any) -> bool:

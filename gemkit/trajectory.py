@@ -126,8 +126,10 @@ class TokenSequence:
         if self.logprobs is not None:
             if model and logprobs is None:
                 self.logprobs = None
+            elif model and logprobs is not None:
+                self.logprobs += [float(x) for x in logprobs]
             else:
-                self.logprobs += [float(x) for x in logprobs] if model else [0.0] * len(ids)
+                self.logprobs += [0.0] * len(ids)
 
     def to_trl(self) -> dict[str, Any]:
         """TRL's `rollout_func` keys: `prompt_ids`, `completion_ids`, `logprobs`, `env_mask`."""

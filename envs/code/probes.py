@@ -25,8 +25,10 @@ from __future__ import annotations
 import ast
 import builtins
 import re
+import sys
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TypeGuard, cast
 
 BUILTIN_NAMES = frozenset(dir(builtins))
 PROBE = "__probe__"
@@ -54,8 +56,9 @@ _UNSUPPORTED = {
     ast.AsyncFor: "'async for'",
     ast.AsyncWith: "'async with'",
     ast.Match: "'match'",
-    ast.TryStar: "'except*'",
 }
+if sys.version_info >= (3, 11):  # `except*` is 3.11's (3.10's ast has no TryStar, nor parses one)
+    _UNSUPPORTED[ast.TryStar] = "'except*'"
 
 
 class TestShapeError(ValueError):
@@ -189,7 +192,7 @@ class _Binder(ast.NodeVisitor):
             )
         self._visit_in(scope, elts)
 
-    def visit_ListComp(self, node: ast.ListComp) -> None:
+    def visit_ListComp(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp) -> None:
         self._comprehension(node, [node.elt])
 
     visit_SetComp = visit_ListComp
@@ -220,7 +223,7 @@ def _chain_root(node: ast.AST) -> ast.AST:
             return node
 
 
-def _extends(parent: ast.AST | None, child: ast.AST) -> bool:
+def _extends(parent: ast.AST | None, child: ast.AST) -> TypeGuard[ast.AST]:
     """True if `parent` continues the trailer chain that `child` is."""
     if isinstance(parent, (ast.Attribute, ast.Subscript)):
         return parent.value is child
@@ -486,6 +489,10 @@ class _Replace(ast.NodeTransformer):
             return _probe_call(k, None, stops=self.a.may_stop(node))
         return super().visit(node)
 
+    def visit_expr(self, node: ast.expr) -> ast.expr:
+        """`visit` of an expression, which gives an expression (a probe's call, or `node`)."""
+        return cast(ast.expr, self.visit(node))
+
 
 class _NotBlind(Exception):
     """The program's half of this test needs the outcome of a check: it runs whole."""
@@ -505,7 +512,7 @@ class _Blind:
         definitions = [
             n for n in ast.walk(self.a.tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))
         ]
-        running = {d for d in definitions if self.a.has_probe(d)}
+        running: set[ast.AST] = {d for d in definitions if self.a.has_probe(d)}
         while True:
             grown = running | {
                 d
@@ -530,7 +537,8 @@ class _Blind:
         while True:
             grown = set(names)
             for node in ast.walk(self.a.tree):
-                value, targets = None, []
+                value: ast.expr | None = None
+                targets: list[ast.expr] = []
                 if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
                     value = node.value
                     targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -639,7 +647,7 @@ class _Blind:
                 continue
             if any(self.depends(s) for s in steering):
                 raise _NotBlind  # the program would need to know how a check came out
-        return self.replace.visit(node)
+        return self.replace.visit_expr(node)
 
     def _needed(self, node: ast.AST) -> bool:
         return self.a.has_probe(node) or any(
@@ -651,7 +659,7 @@ class _Blind:
         if not self._needed(node):
             return []
         if self.a.is_probe(node):
-            return [self.replace.visit(node)]
+            return [self.replace.visit_expr(node)]
         if isinstance(node, ast.Call) and self._calls_into(node, self.running):
             return [self.value(node)]  # the test's own check function runs as written
         if isinstance(node, _COMPREHENSIONS):
@@ -786,6 +794,7 @@ def split_test(test: str, shadowed: frozenset[str] = frozenset()) -> SplitTest:
     if not grader.probes:
         raise TestShapeError("it uses no name the program defines, so it checks nothing")
     probes = tuple(ast.unparse(p) for p in grader.probes)
+    program: ast.AST
     try:
         program, blind = _Blind(_Analysis(test, shadowed)).program(), True
     except _NotBlind:

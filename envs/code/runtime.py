@@ -28,6 +28,10 @@ from __future__ import annotations
 # the sandbox's interpreter has this module loaded already (typing it has not: 5 ms)
 from collections.abc import Callable
 
+TYPE_CHECKING = False  # typing's, without importing typing (type checkers read it as True)
+if TYPE_CHECKING:
+    from typing import Any
+
 MARK = "\x1egemkit-probe-record\x1e"
 #: bytes of JSON a record may hold (the program's stdout limit is raised to fit it)
 MAX_RECORD = 1 << 20
@@ -48,7 +52,8 @@ class Unencodable(Exception):
     """An answer that cannot cross as plain data (too deep, too large, unhashable parts)."""
 
 
-def encode(value: object, depth: int = 0, budget: list | None = None) -> object:
+# "Any" in quotes: the recorder's part of this file is compiled without its __future__ import
+def encode(value: "Any", depth: int = 0, budget: list | None = None) -> object:  # noqa: UP037
     """`value` as tagged JSON data, by exact type; other objects become `["o", typename]`.
 
     `budget` is [values, characters] left for the whole answer.
@@ -96,7 +101,7 @@ def encode(value: object, depth: int = 0, budget: list | None = None) -> object:
 _EXACT = frozenset({type(None), bool, int, float, str, bytes, list, tuple, set, frozenset, dict})
 
 
-def _plain_copy(value: object) -> object:
+def _plain_copy(value: "Any") -> object:  # noqa: UP037
     """A subclass of a plain type (Counter, namedtuple, IntEnum) as its base type's value,
     through the base type's own methods; a numpy scalar as its `.item()`; else `value`.
 
@@ -118,7 +123,8 @@ _COPIES = (
     (int, int.__int__),
     (float, float.__float__),
     (str, str.__str__),
-    (bytes, bytes.__bytes__),
+    # bytes.__bytes__ is Python 3.11's; on 3.10 a slice of the whole is the same copy
+    (bytes, getattr(bytes, "__bytes__", None) or (lambda v: bytes.__getitem__(v, slice(None)))),
     (list, lambda v: list(list.__iter__(v))),
     (tuple, lambda v: tuple(tuple.__iter__(v))),
     (set, lambda v: set(set.__iter__(v))),
@@ -212,7 +218,7 @@ class RecordError(Exception):
     """A record that is not well-formed tagged JSON."""
 
 
-def _reject(_text: str) -> None:
+def _reject(_value: object) -> None:
     raise RecordError("bare numbers and objects are not part of the format")
 
 
@@ -264,7 +270,7 @@ def _small_int(text: str) -> int:
     return int(text)
 
 
-def decode(data: object, opaque: Callable | None = None, depth: int = 0) -> object:
+def decode(data: Any, opaque: Callable | None = None, depth: int = 0) -> object:
     """Tagged JSON back to a value, checking every part by exact type; raise `RecordError`.
 
     `opaque(typename)` makes the placeholder for an object that stayed in the program.
@@ -323,7 +329,7 @@ class Replayer:
         self.queues: dict[int, list] = {}
         self.asked: dict[int, int] = {}
         self.broken: str | None = None
-        self.last: tuple[int, str, object] | None = None
+        self.last: tuple[int, str, Any] | None = None
         self.raised: set[int] = set()
 
     def opaque(self, name: str) -> Opaque:

@@ -102,7 +102,7 @@ class FifteenPuzzle(GameEnv):
     def new_game(self) -> None:
         """Scramble the solved board with random blank moves, never undoing the last one."""
         while True:
-            board, last = solved_board(self.size), None
+            board, last = solved_board(self.size), ""  # no move yet: nothing to undo
             for _ in range(self.scramble):
                 options = [
                     d

@@ -95,11 +95,14 @@ class Minesweeper(GameEnv):
         for k in chosen:
             self.mine[divmod(free[int(k)], self.cols)] = True
         padded = np.pad(self.mine.astype(np.int8), 1)
-        self.counts = sum(
-            padded[1 + dr : 1 + dr + self.rows, 1 + dc : 1 + dc + self.cols]
-            for dr in (-1, 0, 1)
-            for dc in (-1, 0, 1)
-            if dr or dc
+        self.counts = np.sum(
+            [
+                padded[1 + dr : 1 + dr + self.rows, 1 + dc : 1 + dc + self.cols]
+                for dr in (-1, 0, 1)
+                for dc in (-1, 0, 1)
+                if dr or dc
+            ],
+            axis=0,
         ).astype(np.int8)
         self.placed = True
 
@@ -260,7 +263,7 @@ def mine_probabilities(
     frontier = sorted({x for cells, _ in constraints for x in cells})
     others = sorted(hidden - safe - mined - set(frontier))
     # enumerate frontier assignments grouped by their number of mines
-    by_cell = {x: [] for x in frontier}
+    by_cell: dict[tuple[int, int], list[int]] = {x: [] for x in frontier}
     for i, (cells, _) in enumerate(constraints):
         for x in cells:
             by_cell[x].append(i)

@@ -80,8 +80,8 @@ class GemRulesGame(GameEnv):
                 f"Invalid move: no move found at turn {self.turn}: put your move inside "
                 f"\\boxed{{}}, e.g. {self.move_format()}. The game is over."
             )
-            info = {"turn": self.turn, "invalid": True, "success": False}
-            return text, FORMAT_ERROR_REWARD, True, self.turn == self.max_turns, info
+            invalid = {"turn": self.turn, "invalid": True, "success": False}
+            return text, FORMAT_ERROR_REWARD, True, self.turn == self.max_turns, invalid
         feedback, reward, won, broke = self.judge(move)
         info: dict[str, Any] = {"turn": self.turn}
         if broke:

@@ -73,6 +73,7 @@ class MathEnv(Env):
 
     def _read(self, action: str) -> StepResult | _Answer:
         """The answer to grade, or the final step when there is none (or it hedges)."""
+        info: dict[str, Any]
         if self.problem is None or self.done:
             info = {"success": False, "invalid": True}
             return "The episode is over; call reset() for a new problem.", 0.0, True, False, info
@@ -80,7 +81,7 @@ class MathEnv(Env):
         gold = str(self.problem["answer"])
         reply = read_reply(action, tags=False) if isinstance(action, str) else None
         parsed = reply.answers[-1] if reply and reply.answers else None
-        info: dict[str, Any] = {"answer": gold, "parsed": parsed, "index": self.index}
+        info = {"answer": gold, "parsed": parsed, "index": self.index}
         if not parsed:
             info.update(success=False, invalid=True)
             return (

@@ -295,7 +295,9 @@ def _assignments_as_tuple(answer: str) -> str:
 def _equation_sides(answer: str) -> list[str]:
     """The sides of `a = b = c` (after a leading `x =`), split at top-level `=` only."""
     s = _NAME_LHS_RE.sub("", answer, count=1)
-    sides, depth, cur = [], 0, []
+    sides: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for c in s:
         depth += (c in "([{") - (c in ")]}")
         if c == "=" and depth == 0:
@@ -386,6 +388,7 @@ def _exponent(s: str, i: int) -> tuple[int, int]:
         text, after = s[i + 1 : end], end + 1
     else:
         m = _TOKEN_RE.match(s, i)
+        assert m is not None  # `.?` matches the empty string too
         text, after = m[0], m.end()
     power = 1
     for n in re.findall(r"\d+", text):
@@ -644,7 +647,9 @@ def _latex_to_expr(s: str) -> str | None:
 
 
 def _split_top_level(s: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for c in s:
         if c in "([{":
             depth += 1

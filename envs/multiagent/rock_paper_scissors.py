@@ -63,7 +63,8 @@ class RockPaperScissors(MultiAgentEnv):
         p0, p1 = self.possible_agents
         moves: dict[str, str | None] = {}
         for a in (p0, p1):
-            move = extract_boxed(valid[a]) if isinstance(valid[a], str) else None
+            action = valid[a]
+            move = extract_boxed(action) if isinstance(action, str) else None
             moves[a] = move.lower() if move and move.lower() in MOVES else None
             if moves[a] is None:
                 infos[a]["invalid"] = True

@@ -72,6 +72,7 @@ class QAEnv(Env):
 
     def step(self, action: str) -> StepResult:
         """Score the answer in `action`; the episode ends either way."""
+        info: dict[str, Any]
         if self.record is None or self.done:
             info = {"success": False, "invalid": True}
             return "The episode is over; call reset() for a new question.", 0.0, True, False, info
@@ -79,7 +80,7 @@ class QAEnv(Env):
         golds = self.golds()
         reply = read_reply(action) if isinstance(action, str) else None
         parsed = reply.answers[-1] if reply and reply.answers else None
-        info: dict[str, Any] = {"answer": golds[0], "aliases": golds[1:], "parsed": parsed}
+        info = {"answer": golds[0], "aliases": golds[1:], "parsed": parsed}
         if not parsed:
             info.update(success=False, invalid=True, em=0.0, f1=0.0)
             return f"No answer found. {ANSWER_FORMAT}", 0.0, True, False, info

@@ -72,7 +72,9 @@ def _marks(text: str) -> Counter[str]:
 
 
 # golds recur every episode and a reply is scored against each alias: short texts are cached
-_CACHED = {f: lru_cache(maxsize=4096)(f) for f in (normalize_answer, _loose, _marks)}
+_CACHED: dict[Callable[[str], Any], Callable[[str], Any]] = {
+    f: lru_cache(maxsize=4096)(f) for f in (normalize_answer, _loose, _marks)
+}
 
 
 def _memo(f: Callable[[str], Any], text: str) -> Any:

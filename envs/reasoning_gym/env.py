@@ -150,12 +150,13 @@ class ReasoningGymEnv(Env):
 
     def step(self, action: str) -> StepResult:
         """Score the answer in `action` with the dataset's verifier; the episode ends."""
+        info: dict[str, Any]
         if self.entry is None or self.done:
             info = {"success": False, "invalid": True}
             return "The episode is over; call reset() for a new task.", 0.0, True, False, info
         self.done = True
         parsed = extract_answer(action) if isinstance(action, str) else None
-        info: dict[str, Any] = {
+        info = {
             "answer": reference_answer(self.entry),
             "parsed": parsed,
             "index": self.index,

@@ -17,7 +17,7 @@ import copy
 import logging
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, Field
 
@@ -152,7 +152,7 @@ class TerminalEnv(Env):
         if self.terminal is None:
             self.terminal = open_terminal(self.backend, self.limits, image=self.task.image)
             self._image = self.task.image
-        self.terminal.start(self.task.files)
+        self.terminal.start(dict(self.task.files))  # a terminal takes text or bytes
         if self.task.setup.strip():
             result = self.terminal.run(self.task.setup, timeout=60)
             if result.exit_code != 0:
@@ -344,8 +344,8 @@ class TerminalWrapper(ToolEnvWrapper):
 
     def clone(self) -> TerminalWrapper:
         """A copy whose bash tool runs in the copy's own env (only between episodes)."""
-        new = super().clone()
-        new.replace_tools([BashTool(new.env.unwrapped)])
+        new = cast(TerminalWrapper, super().clone())  # a deep copy of this wrapper
+        new.replace_tools([BashTool(cast(TerminalEnv, new.env.unwrapped))])
         return new
 
 

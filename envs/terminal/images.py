@@ -19,7 +19,7 @@ import tarfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from gemkit.errors import GemkitError
 
@@ -54,7 +54,7 @@ def _is_static_elf(path: str) -> bool:
         head = f.read(64)
         if head[:4] != b"\x7fELF" or head[4] != 2:  # 64-bit ELF only
             return False
-        order = "little" if head[5] == 1 else "big"
+        order: Literal["little", "big"] = "little" if head[5] == 1 else "big"
         phoff = int.from_bytes(head[32:40], order)
         phentsize = int.from_bytes(head[54:56], order)
         phnum = int.from_bytes(head[56:58], order)

@@ -83,6 +83,7 @@ class TripBaseline(GeneratorAgent):
                 )  # fmt: skip
                 if day["valid"]:
                     break
+            assert day is not None  # there was an option to sample
             plan.append(day["day"])
         return plan
 
@@ -262,6 +263,7 @@ class MeetingBaseline(GeneratorAgent):
                     for j in range(len(placed))
                 ):
                     break
+            assert option is not None  # `samples` is at least 1
             placed.append(option)
         return [{"meeting": m["name"], **o} for m, o in zip(spec["meetings"], placed, strict=True)]
 

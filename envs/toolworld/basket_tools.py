@@ -82,7 +82,7 @@ def shop_functions(db: Callable[[], Database]) -> dict[str, Callable[..., Any]]:
         """
         return ToolResult.final_answer(basket, SUBMITTED)
 
-    fns = [
+    fns: list[Callable[..., Any]] = [
         get_all_categories, get_products_by_category, get_product_info, get_product_nutrition,
         get_product_labels, submit_result,
     ]  # fmt: skip

@@ -18,7 +18,7 @@ import copy
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gemkit.core import Env, ResetResult, StepResult
 from gemkit.envs.toolworld.categories import played_category
@@ -328,7 +328,7 @@ class ToolWorldWrapper(ToolEnvWrapper):
 
     def clone(self) -> ToolWorldWrapper:
         """A copy whose tools point at the copy's own inner env."""
-        new = super().clone()
+        new = cast(ToolWorldWrapper, super().clone())  # a deep copy of this wrapper
         new.tools, new._by_name = [], {}
         new._add_tools(new._world.episode_tools())
         return new

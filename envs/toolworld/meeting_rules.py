@@ -80,7 +80,7 @@ def pair_violations(spec: dict, m1: dict, o1: dict, m2: dict, o2: dict) -> list:
     return out
 
 
-def gather(tools: "ToolFacade", spec: dict) -> dict:  # noqa: F821
+def gather(tools: "ToolFacade", spec: dict) -> dict:  # type: ignore[name-defined]  # noqa: F821 - the restricted runner allows no import
     """Read, through the tools, every fact the task's rules need."""
     people = []
     for m in spec["meetings"]:
@@ -88,7 +88,7 @@ def gather(tools: "ToolFacade", spec: dict) -> dict:  # noqa: F821
             if p not in people:
                 people.append(p)
     kinds = [r["type"] for r in spec.get("rules", [])]
-    facts = {"busy": {}, "booked": {}, "rooms": {}, "work": {}}
+    facts: dict = {"busy": {}, "booked": {}, "rooms": {}, "work": {}}
     for p in people:
         facts["busy"][p] = {d: tools.get_busy_hours(p, d) for d in spec["days"]}
         if "working_hours" in kinds:
@@ -111,7 +111,7 @@ def options_for(spec: dict, meeting: dict, facts: dict) -> list:
     return out
 
 
-def solve(tools: "ToolFacade", task: dict) -> list | None:  # noqa: F821
+def solve(tools: "ToolFacade", task: dict) -> list | None:  # type: ignore[name-defined]  # noqa: F821 - the restricted runner allows no import
     """Backtracking search over each meeting's valid options."""
     spec = task["spec"]
     facts = gather(tools, spec)

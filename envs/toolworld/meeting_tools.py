@@ -104,7 +104,7 @@ def meeting_functions(db: Callable[[], Database]) -> dict[str, Callable[..., Any
         """
         return ToolResult.final_answer(schedule, SUBMITTED)
 
-    fns = [
+    fns: list[Callable[..., Any]] = [
         get_all_people, get_busy_hours, get_working_hours, get_all_rooms, get_room_info,
         get_room_bookings, submit_result,
     ]  # fmt: skip

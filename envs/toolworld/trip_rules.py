@@ -154,7 +154,7 @@ def rule_types(spec: dict) -> list:
     return [r["type"] for r in spec.get("rules", [])]
 
 
-def solve(tools: "ToolFacade", task: dict) -> list | None:  # noqa: F821
+def solve(tools: "ToolFacade", task: dict) -> list | None:  # type: ignore[name-defined]  # noqa: F821 - the restricted runner allows no import
     """Find a plan by exhaustive search over tool results; None when no plan exists."""
     spec = task["spec"]
     kinds = rule_types(spec)
@@ -200,7 +200,7 @@ def solve(tools: "ToolFacade", task: dict) -> list | None:  # noqa: F821
             legs[(src, dst)] = tools.get_inter_city_transport(src, dst)
         return not leg_violations(spec, day_no, src, dst, legs[(src, dst)])
 
-    first_plans = {}
+    first_plans: dict = {}
 
     def day_plan(city: str, day_no: int) -> dict | None:
         key = (city, day_no)

@@ -209,7 +209,7 @@ def trip_functions(db: Callable[[], Database]) -> dict[str, Callable[..., Any]]:
         """
         return ToolResult.final_answer(plan, SUBMITTED)
 
-    fns = [
+    fns: list[Callable[..., Any]] = [
         get_all_cities, get_all_hotels_by_city, get_all_restaurants_by_city,
         get_all_attractions_by_city, get_city_by_hotel, get_city_by_restaurant,
         get_city_by_attraction, get_city_transport, get_inter_city_transport, get_infos_by_city,

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from gemkit.cli.arguments import positive
 from gemkit.cli.console import console
@@ -76,7 +78,9 @@ def play_tasks(tasks: Path, out: Path, episodes: int) -> None:
     def on_episode(env_id: str, k: int, episode) -> None:
         lines[k] = _episode_line(k, episode)
 
-    def on_start(done: dict) -> None:  # a resumed demo prints the episodes it found
+    def on_start(
+        done: Mapping[str, dict[str, Any]],
+    ) -> None:  # a resumed demo prints the episodes it found
         from gemkit.rollout import Episode
 
         for record in done.values():

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -98,7 +101,7 @@ def run_policy(
 
         if out is not None:
 
-            def on_start(done: dict) -> None:
+            def on_start(done: Mapping[str, dict[str, Any]]) -> None:
                 for r in done.values():
                     if r["env_id"] in bars and r["index"] < n:
                         progress.advance(bars[r["env_id"]])
@@ -121,7 +124,7 @@ def run_policy(
             )
         rows: dict[str, dict[str, float]] = {}
         for env_id in env_ids:
-            episodes = []
+            episodes: list[Any] = []
 
             def commit(k: int, ep, env_id: str = env_id, episodes: list = episodes) -> None:
                 episodes.append(ep)
@@ -131,7 +134,7 @@ def run_policy(
                 play(
                     env_id,
                     range(n),
-                    lambda s, env_id=env_id: factory(env_id, s),
+                    functools.partial(factory, env_id),
                     seed=seed,
                     concurrency=concurrency,
                     commit=commit,

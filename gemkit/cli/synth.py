@@ -183,7 +183,7 @@ def demo_qa(out: Path, n: int = 5, world_size: int = 1_000) -> int:
 
 
 #: sub-subcommand name -> function registering it
-SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+SUBCOMMANDS: dict[str, Callable[[argparse._SubParsersAction], object]] = {
     "qa": add_qa,
     "tasks": add_tasks_parser,
 }

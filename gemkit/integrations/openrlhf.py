@@ -127,7 +127,7 @@ def agent_instance_class(
         if "{observation}" not in template:
             raise GemkitError(f"{name}_template must contain '{{observation}}', got {template!r}")
     try:
-        from openrlhf.utils.agent import AgentInstanceBase  # type: ignore[import-not-found]
+        from openrlhf.utils.agent import AgentInstanceBase
     except ImportError as e:  # OpenRLHF's executor rejects a class without its base
         raise missing_dependency("openrlhf", "agent_instance_class()", e) from e
     return type(
@@ -159,7 +159,7 @@ def agent_executor_class(
         env_id, prompt_template=prompt_template, feedback_template=feedback_template, **make_kwargs
     )
     try:
-        from openrlhf.utils.agent import MultiTurnAgentExecutor  # type: ignore[import-not-found]
+        from openrlhf.utils.agent import MultiTurnAgentExecutor
     except ImportError as e:
         raise missing_dependency("openrlhf", "agent_executor_class()", e) from e
 

@@ -227,6 +227,7 @@ class GemkitRollout:
                 obs, _ = base.reset(seed=self._seed_of(prompt))
                 ids = first_prompt_ids(tokenizer, obs)[-self.max_prompt_tokens :]
                 bases.append(base)
+            assert base is not None and ids is not None  # the first prompt sets them
             envs.append(base.clone())
             prompt_ids.append(list(ids))
         for base in bases:

@@ -119,7 +119,8 @@ class GemkitEnv(vf.Env[GemkitEnvConfig]):
         """One episode, the gemkit env answering the model's every reply."""
         info = task.data.info
         env = make(info["env_id"], **info.get("make_kwargs", {}))
-        total, steps, last_info = 0.0, 0, {}
+        total, steps = 0.0, 0
+        last_info: dict[str, Any] = {}
         try:
             await env.areset(seed=info["seed"])
             async with agents.player.interaction(task) as interaction:
@@ -167,7 +168,7 @@ class GemkitChatHarness(vf.Harness[GemkitChatHarnessConfig]):
         from openai import AsyncOpenAI
 
         system_prompt, prompt = self.resolve_prompt(data)
-        messages: list[dict[str, Any]] = []
+        messages: list[Any] = []  # OpenAI's message params, as the wire's dicts
         if system_prompt:
             messages.append({"role": "system", "content": system_prompt})
         if isinstance(prompt, str):

@@ -153,8 +153,9 @@ def _token_output(out: Any) -> tuple[list[int], list[float] | None]:
 # missing the class cannot exist, and reading it raises with the package to install
 _VERL_ERROR: ImportError | None = None
 try:
-    from verl.experimental.agent_loop.agent_loop import (  # type: ignore[import-not-found]
+    from verl.experimental.agent_loop.agent_loop import (
         AgentLoopBase,
+        AgentLoopMetrics,
         AgentLoopOutput,
         register,
     )
@@ -215,7 +216,7 @@ if AgentLoopBase is not None:
                 response_logprobs=episode.response_logprobs or None,
                 reward_score=episode.reward,
                 num_turns=2 * episode.num_turns,
-                metrics={},
+                metrics=AgentLoopMetrics(),
                 # turn_scores/tool_rewards: the keys verl's own loops always set
                 extra_fields={
                     "success": episode.success,

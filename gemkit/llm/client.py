@@ -651,7 +651,7 @@ class LLMClient:
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
             return min(retry_after, self.max_retry_after)
-        cap = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
+        cap: float = min(self.backoff_max, self.backoff_base * 2 ** (attempt - 1))
         # "Equal jitter": at least half the backoff, so retries never bunch at zero.
         return cap / 2 + float(self._rng.uniform(0, cap / 2))
 

@@ -253,7 +253,8 @@ def from_sglang(body: Mapping[str, Any], prompt_ids: Sequence[int] | None = None
     meta = body.get("meta_info")
     meta = meta if isinstance(meta, Mapping) else {}
     triples = meta.get("output_token_logprobs")
-    tokens = logprobs = None
+    tokens: list[int] | None = None
+    logprobs: list[float] | None = None
     if isinstance(triples, list):
         tokens, logprobs = [], []
         for j, t in enumerate(triples):

@@ -52,6 +52,8 @@ from gemkit.trajectory import TurnTokens
 PROTOCOLS = ("completions", "sglang", "llama.cpp")
 #: the sampling-field spelling each protocol's server reads
 _SERVER = {"completions": "vllm", "sglang": "vllm", "llama.cpp": "llama.cpp"}
+#: what requests batch together on: (max_tokens, temperature, the sorted sampling fields)
+BatchKey = tuple[Any, ...]
 
 
 async def generate_tokens(
@@ -96,7 +98,7 @@ async def logprobs_kind(client: Any, *, protocol: str = "completions", prompt: l
     unless the model is certain. A server that ignores `top_k` reads as raw, which is what
     its log-probs then are. Concurrent first calls share the one request.
     """
-    cache: dict[str, asyncio.Future] = client.__dict__.setdefault("_gemkit_logprobs_kind", {})
+    cache: dict[str, asyncio.Future[str]] = client.__dict__.setdefault("_gemkit_logprobs_kind", {})
     future = cache.get(protocol)
     if future is None or (future.done() and future.exception() is not None):
         future = asyncio.get_running_loop().create_future()
@@ -136,9 +138,9 @@ class TokenBatcher:
         self.max_batch = max_batch
         self.wait_s = wait_s
         self.requests = 0
-        self._pending: dict[tuple, list[tuple[list[int], asyncio.Future]]] = {}
+        self._pending: dict[BatchKey, list[tuple[list[int], asyncio.Future[SampledTokens]]]] = {}
         self._flush: asyncio.TimerHandle | None = None
-        self._sending: set[asyncio.Task] = set()  # held so that no send is garbage-collected
+        self._sending: set[asyncio.Task[None]] = set()  # held so that no send is garbage-collected
 
     async def generate(
         self, context: list[int], *, max_tokens: int, temperature: float = 1.0, **sampling: Any
@@ -146,7 +148,7 @@ class TokenBatcher:
         """Sample one completion of `context`, sent together with other episodes' turns."""
         loop = asyncio.get_running_loop()
         key = (max_tokens, temperature, tuple(sorted(sampling.items(), key=repr)))
-        future: asyncio.Future = loop.create_future()
+        future: asyncio.Future[SampledTokens] = loop.create_future()
         self._pending.setdefault(key, []).append((list(context), future))
         if len(self._pending[key]) >= self.max_batch:
             self._send_all()
@@ -179,7 +181,9 @@ class TokenBatcher:
                 self._sending.add(task)
                 task.add_done_callback(self._sending.discard)
 
-    async def _send(self, key: tuple, items: list[tuple[list[int], asyncio.Future]]) -> None:
+    async def _send(
+        self, key: BatchKey, items: list[tuple[list[int], asyncio.Future[SampledTokens]]]
+    ) -> None:
         max_tokens, temperature, sampling = key
         body = {
             "model": self.client.model,
@@ -334,7 +338,8 @@ class TokenPolicy:
         self.last_finish_reason = sampled.finish_reason
         self._last_completion = list(sampled.completion_ids)
         self.context = context + self._last_completion
-        return self.tokenizer.decode(sampled.completion_ids, skip_special_tokens=True)
+        text: str = self.tokenizer.decode(sampled.completion_ids, skip_special_tokens=True)
+        return text
 
 
 def sampling_record(

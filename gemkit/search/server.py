@@ -246,7 +246,8 @@ async def start_server(
     await runner.setup()
     site = web.TCPSite(runner, host, port)
     await site.start()
-    sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
+    server = site._server
+    sockets = server.sockets if isinstance(server, asyncio.Server) else []
     bound = sockets[0].getsockname()[1] if sockets else port
     return runner, int(bound)
 

@@ -64,6 +64,8 @@ def chromium(flags: Sequence[str] = (), *, console_log: bool = False) -> Iterato
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
+    # the caller checked that both are here (`missing()` says what is not)
+    assert CHROMIUM is not None and CHROMEDRIVER is not None
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for flag in (*FLAGS, *flags):

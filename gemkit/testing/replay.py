@@ -164,8 +164,8 @@ def load_exchanges(paths: Iterable[str | Path]) -> list[Exchange]:
             source = f"{path.name}:{n}"
             found = _from_episode(row, source) if "turns" in row else _from_exchange(row, source)
             exchanges.extend(found)
-    for e in exchanges:
-        e.kind = request_kind(e.messages)
+    for exchange in exchanges:
+        exchange.kind = request_kind(exchange.messages)
     if not exchanges:
         raise GemkitError(
             "the recordings hold no chat exchange: expected JSONL of {path, status, request, "

@@ -205,7 +205,7 @@ def build_args_model(fn: Callable[..., Any], name: str, docs: dict[str, str]) ->
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[field_name] = (Annotated[annotation, Field(**extra)], default)
     try:
-        return create_model(  # type: ignore[call-overload, no-any-return]
+        return create_model(
             f"{name}_args",
             __config__=ConfigDict(extra="forbid", arbitrary_types_allowed=False),
             **fields,
@@ -244,7 +244,7 @@ class FunctionTool(Tool):
         if not callable(fn):
             raise ToolError(f"@tool needs a function, got {type(fn).__name__}")
         tool_name = name or getattr(fn, "__name__", "")
-        if not NAME_RE.match(tool_name or ""):
+        if not isinstance(tool_name, str) or not NAME_RE.match(tool_name):
             raise ToolError(
                 f"tool name {tool_name!r} is not valid: use 1-64 letters, digits, '_' or '-' "
                 "(pass name=... to @tool)"
@@ -262,7 +262,7 @@ class FunctionTool(Tool):
         self._params = {
             fname: (info.alias or fname) for fname, info in self.Args.model_fields.items()
         }
-        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+        functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the wrapped function directly (no validation, no error capture)."""
@@ -298,7 +298,15 @@ class FunctionTool(Tool):
 
 
 @overload
-def tool(fn: Callable[..., Any], /) -> FunctionTool: ...
+def tool(
+    fn: Callable[..., Any],
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parallel_safe: bool = True,
+    thread: bool = True,
+) -> FunctionTool: ...
 
 
 @overload

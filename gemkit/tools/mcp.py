@@ -26,7 +26,7 @@ import threading
 import weakref
 from collections.abc import Awaitable, Mapping, Sequence
 from contextlib import AsyncExitStack
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
@@ -160,9 +160,11 @@ def args_model(tool_name: str, schema: Mapping[str, Any]) -> type[BaseModel]:
                 typ | None if typ is not Any else Any,
                 Field(prop.get("default"), **info),
             )
-    extra = "forbid" if schema.get("additionalProperties") is False else "allow"
+    extra: Literal["forbid", "allow"] = (
+        "forbid" if schema.get("additionalProperties") is False else "allow"
+    )
     model_name = "".join(p.capitalize() for p in tool_name.replace("-", "_").split("_")) or "Tool"
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(
         f"{model_name}Args",
         __config__=ConfigDict(extra=extra, populate_by_name=True),
         **fields,
@@ -332,7 +334,9 @@ class MCPToolset:
 
             connect = getattr(streamable_http, "streamable_http_client", None)
             if connect is None:  # mcp 1.x
-                return streamable_http.streamablehttp_client(self.url, headers=self.headers)
+                # mcp 1.x's name (the stubs are of the mcp 2 installed here, which renamed it)
+                old = streamable_http.streamablehttp_client  # type: ignore[attr-defined]
+                return old(self.url, headers=self.headers)
             if self.headers:
                 from mcp.shared._httpx_utils import create_mcp_http_client
 

@@ -175,6 +175,7 @@ def token_logprobs(
         out = torch.cat([torch.zeros_like(picked[:, :1]), picked], dim=1)
         return out if mask is None else torch.where(mask > 0, out, torch.zeros_like(out))
     base, lm_head = head
+    assert mask is not None  # the output layer is only looked up with a mask
     hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
     rows, cols = torch.nonzero(mask[:, 1:] > 0, as_tuple=True)  # token cols+1, from position cols
     logits = processed_logits(lm_head(hidden[rows, cols]).float(), sampling)

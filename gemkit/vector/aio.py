@@ -263,7 +263,8 @@ class AsyncVectorEnv(VectorEnv):
     # -- the calls the base class makes ------------------------------------------------------
 
     def _step_results(self, actions: Sequence[Any] | Mapping[int, Any]) -> dict[int, SlotResult]:
-        return self._run(True, self._plan_step(actions), None)
+        results: dict[int, SlotResult] = self._run(True, self._plan_step(actions), None)
+        return results
 
     def _reset_results(
         self,
@@ -271,7 +272,10 @@ class AsyncVectorEnv(VectorEnv):
         options: dict[str, Any] | None,
         indices: Sequence[int] | None,
     ) -> dict[int, tuple[str, dict[str, Any]]]:
-        return self._run(False, self._plan_reset(seed, indices), options)
+        results: dict[int, tuple[str, dict[str, Any]]] = self._run(
+            False, self._plan_reset(seed, indices), options
+        )
+        return results
 
     async def _astep_results(
         self, actions: Sequence[Any] | Mapping[int, Any]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -22,6 +22,9 @@ AUTORESET_MODES = ("next_step", "same_step", "disabled")
 Request = tuple[Any, ...]
 SlotResult = tuple[str, float, bool, bool, dict[str, Any]]
 SlotGen = Generator[Request, Any, Any]
+ResetRow = tuple[str, dict[str, Any]]
+#: what a slot's generator returns: a SlotResult (a step) or a ResetRow (a reset)
+R = TypeVar("R")
 
 
 @dataclass
@@ -77,6 +80,8 @@ class VectorEnv:
       `VectorEnvError` with each slot's error: there is no observation to return.
     """
 
+    envs: list[Any]
+
     def __init__(self, env_fns: Sequence[Callable[[], Any]], *, autoreset_mode: str = "next_step"):
         self._init_slots(len(env_fns), autoreset_mode)
         self.envs = [fn() for fn in env_fns]
@@ -93,7 +98,7 @@ class VectorEnv:
             raise VectorEnvError("a vector env needs at least one env")
         self.autoreset_mode = autoreset_mode
         self.num_envs = num_envs
-        self.envs: list[Any] = []
+        self.envs = []
         self._last_obs: list[Any] = [""] * num_envs
         self._done = [False] * num_envs
         self._order = list(range(num_envs))  # the slots, for results that come in this order
@@ -110,7 +115,9 @@ class VectorEnv:
             raise VectorEnvError(f"got {len(seeds)} seeds for {self.num_envs} envs")
         return seeds
 
-    def _reset_slot(self, i: int, seed: int | None, options: dict | None) -> SlotGen:
+    def _reset_slot(
+        self, i: int, seed: int | None, options: dict[str, Any] | None
+    ) -> Generator[Request, Any, ResetRow]:
         try:
             obs, info = yield ("reset", seed, options)
         except Exception as e:  # noqa: BLE001 - isolate the slot
@@ -147,8 +154,9 @@ class VectorEnv:
         self._last_obs[i] = obs
         return obs, float(reward), False, False, info
 
-    def _step_slot(self, i: int, action: Any) -> SlotGen:
+    def _step_slot(self, i: int, action: Any) -> Generator[Request, Any, SlotResult]:
         first = self._first_request(i, action)
+        info: dict[str, Any]
         if first is None:
             info = {"error": f"env {i} has finished its episode; call reset(indices=[{i}])"}
             return self._last_obs[i], 0.0, False, False, info
@@ -224,15 +232,16 @@ class VectorEnv:
         if len(results) == n:  # every slot stepped: transpose the rows into columns
             in_order = list(results) == self._order
             rows = results.values() if in_order else [results[i] for i in range(n)]
-            obs, rewards, terminated, truncated, infos = zip(*rows, strict=True)
+            obs_col, reward_col, terminated_col, truncated_col, info_col = zip(*rows, strict=True)
             return VectorStep(
-                list(obs),
-                np.array(rewards, dtype=np.float64),
-                np.array(terminated, dtype=bool),
-                np.array(truncated, dtype=bool),
-                list(infos),
+                list(obs_col),
+                np.array(reward_col, dtype=np.float64),
+                np.array(terminated_col, dtype=bool),
+                np.array(truncated_col, dtype=bool),
+                list(info_col),
             )
-        obs, infos = list(self._last_obs), [{"skipped": True} for _ in range(n)]
+        obs: list[str] = list(self._last_obs)
+        infos: list[dict[str, Any]] = [{"skipped": True} for _ in range(n)]
         rewards = np.zeros(n, dtype=np.float64)
         terminated = np.zeros(n, dtype=bool)
         truncated = np.zeros(n, dtype=bool)
@@ -241,7 +250,7 @@ class VectorEnv:
         return VectorStep(obs, rewards, terminated, truncated, infos)
 
     def _collect_reset(
-        self, results: dict[int, tuple[str, dict]]
+        self, results: dict[int, ResetRow]
     ) -> tuple[list[str], list[dict[str, Any]]]:
         infos: list[dict[str, Any]] = [{"skipped": True} for _ in range(self.num_envs)]
         for i, (_, info) in results.items():
@@ -358,7 +367,9 @@ class VectorEnv:
             self.close()
 
 
-def drive_sync(gen: SlotGen, env: Any, answered: tuple[Any, bool] | None = None) -> Any:
+def drive_sync(
+    gen: Generator[Request, Any, R], env: Any, answered: tuple[Any, bool] | None = None
+) -> R:
     """Carry out a slot's requests with the env's sync methods.
 
     `answered`: `(answer, raised)` of its first request, already carried out by the caller.
@@ -379,4 +390,5 @@ def drive_sync(gen: SlotGen, env: Any, answered: tuple[Any, bool] | None = None)
             else:
                 request = gen.send(result)
     except StopIteration as stop:
-        return stop.value
+        value: R = stop.value  # the generator's return value
+        return value

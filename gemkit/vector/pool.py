@@ -63,6 +63,11 @@ class Worker:
         self.deadline = 0.0
         self.lost: WorkerLost | None = None
 
+    def channel(self) -> socket.socket:
+        """The driver's end of a started worker's socket."""
+        assert self.conn is not None, "the worker has not started"
+        return self.conn
+
     def span(self) -> str:
         """Which slots it holds, for messages."""
         return f"env {self.lo}" if self.hi - self.lo == 1 else f"envs {self.lo}-{self.hi - 1}"
@@ -175,7 +180,7 @@ class Pool:
         if w.lost is not None:
             return w.lost
         try:
-            w.conn.sendall(data)
+            w.channel().sendall(data)
         except OSError:
             return self.lose(k)
         except BaseException:  # a failure mid-message: the socket's framing is broken
@@ -253,11 +258,13 @@ class Pool:
         if w.lost is not None:
             out[k] = w.lost
             return True
-        if not (readable or select.select([w.conn], [], [], 0)[0]):  # it ended, nothing to read
+        if not (
+            readable or select.select([w.channel()], [], [], 0)[0]
+        ):  # it ended, nothing to read
             out[k] = self.lose(k)
             return True
         try:
-            msg = receive(w.conn)
+            msg = receive(w.channel())
         except (EOFError, OSError):
             out[k] = self.lose(k)
             return True
@@ -320,13 +327,14 @@ class Pool:
             if not woken.done():
                 woken.set_result(None)
 
+        poll_fd = self.poller.fileno()
         fds = (
-            [self.poller.fileno()]
-            if self.poller.fileno() is not None
+            [poll_fd]
+            if poll_fd is not None
             else [
                 fd
                 for k in pending
-                for fd in (self.workers[k].conn.fileno(), self.workers[k].pidfd)
+                for fd in (self.workers[k].channel().fileno(), self.workers[k].pidfd)
                 if fd is not None
             ]
         )
@@ -355,7 +363,7 @@ class Pool:
         live = [w for w in self.workers if w.proc is not None and w.lost is None]
         for w in live:
             with contextlib.suppress(OSError, ValueError):
-                w.conn.sendall(bye)
+                w.channel().sendall(bye)
         deadline = time.monotonic() + CLOSE_TIMEOUT_S
         for w in live:
             _wait_exit(w, deadline - time.monotonic())

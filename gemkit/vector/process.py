@@ -54,7 +54,7 @@ class _Dead:
     def step(self, action: Any) -> Any:
         raise self.error
 
-    def reset(self, *, seed: int | None = None, options: dict | None = None) -> Any:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> Any:
         raise self.error
 
 
@@ -64,7 +64,8 @@ def _dumps_factories(fns: Sequence[Callable[[], Any]], first: int) -> bytes:
     import cloudpickle
 
     try:
-        return cloudpickle.dumps(list(fns), protocol=PROTOCOL)
+        data: bytes = cloudpickle.dumps(list(fns), protocol=PROTOCOL)
+        return data
     except Exception as e:
         which = f"env {first}" if len(fns) == 1 else f"envs {first}-{first + len(fns) - 1}"
         raise VectorEnvError(

@@ -199,7 +199,8 @@ class RayVectorEnv(VectorEnv):
                                 answers[k] = e
                 by_actor = rounds.send(answers)
         except StopIteration as stop:
-            return stop.value
+            results: dict[int, Any] = stop.value
+            return results
 
     async def _adrive(self, gens: dict[int, SlotGen]) -> dict[int, Any]:
         rounds = self._rounds(gens)
@@ -218,7 +219,8 @@ class RayVectorEnv(VectorEnv):
                     answers.update(zip(again, done, strict=True))
                 by_actor = rounds.send(answers)
         except StopIteration as stop:
-            return stop.value
+            results: dict[int, Any] = stop.value
+            return results
 
     def close(self) -> None:
         """Close every env and stop the actors."""

@@ -152,9 +152,9 @@ def handle(vec: AsyncVectorEnv, msg: tuple[Any, ...]) -> tuple[Any, ...]:
         return ("ok", keys, obs, rewards, terminated, truncated, infos, done)
     if msg[0] == "reset":
         _, seeds, options, indices = msg
-        results = vec._reset_results(seeds, options, indices)
-        keys = None if indices is None else list(results)
-        obs, infos = zip(*results.values(), strict=True)
+        resets = vec._reset_results(seeds, options, indices)
+        keys = None if indices is None else list(resets)
+        obs, infos = zip(*resets.values(), strict=True)
         done = vec._done if keys is None else [vec._done[i] for i in keys]
         return ("ok", keys, obs, None, None, None, infos, done)
     raise ValueError(f"unknown request {msg[0]!r}")

@@ -124,7 +124,7 @@ _TURN_INFO = {
 }  # fmt: skip
 
 
-def _turns(raw: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _turns(raw: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [t for t in _list(raw.get("turns")) if isinstance(t, Mapping)]
 
 
@@ -179,7 +179,8 @@ def _message(m: Any) -> dict[str, Any]:
     calls = []
     for c in _seq(m.get("tool_calls")):
         if isinstance(c, Mapping):
-            fn = c.get("function") if isinstance(c.get("function"), Mapping) else c
+            function = c.get("function")
+            fn = function if isinstance(function, Mapping) else c
             calls.append(
                 {"id": c.get("id"), "name": fn.get("name"), "arguments": fn.get("arguments")}
             )
@@ -229,7 +230,7 @@ def _edits(
     for e in _seq(info.get("context_edits")):
         if not isinstance(e, Mapping):
             continue
-        removed = []
+        removed: list[tuple[int, Any]] = []
         for j in _seq(e.get("removed_messages")):
             if isinstance(j, int) and 0 <= j < len(before):
                 removed.append((j, before[j]))
@@ -403,7 +404,11 @@ def read_qa(raw: Mapping[str, Any]) -> dict[str, Any]:
             continue
         before, after = str(e.get("before") or ""), str(e.get("after") or "")
         at = current.find(before) if current is not None and before else -1
-        new = current[:at] + after + current[at + len(before) :] if at >= 0 else None
+        new = (
+            current[:at] + after + current[at + len(before) :]
+            if current is not None and at >= 0
+            else None
+        )
         steps.append(
             {
                 "op": str(e.get("op", "?")),

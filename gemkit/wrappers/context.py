@@ -30,13 +30,12 @@ import logging
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any
 
 from gemkit.core import (
-    ResetResult,
-    StepResult,
     Wrapper,
     areset_of,
+    as_step_result,
     astep_of,
     inner_runs_sync,
 )
@@ -45,6 +44,10 @@ from gemkit.llm.token_counters import TokenCounter, as_counter
 from gemkit.wrappers.history import ChatHistory
 
 log = logging.getLogger(__name__)
+
+# the observation is the chat's message list (the declared `str` of a Wrapper's does not fit)
+ChatReset = tuple[Any, dict[str, Any]]
+ChatStep = tuple[Any, float, bool, bool, dict[str, Any]]
 
 Messages = list[dict[str, Any]]
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.S)
@@ -157,7 +160,7 @@ def tool_pairing_errors(messages: Sequence[Mapping[str, Any]]) -> list[str]:
     """What breaks the tool-call protocol: tool messages that answer no call of the assistant
     message before them, and calls left without a result. Empty when the chat is valid."""
     errors: list[str] = []
-    open_ids: list[str] = []
+    open_ids: list[str | None] = []
     prev_role = None
     for i, m in enumerate(messages):
         role = m.get("role")
@@ -186,7 +189,7 @@ def tool_pairing_errors(messages: Sequence[Mapping[str, Any]]) -> list[str]:
 class ContextWrapper(Wrapper):
     """Base: after each reset/step, maybe edit the `ChatHistory` messages and record the edit."""
 
-    strategy: ClassVar[str] = "context"
+    strategy: str = "context"  # a subclass's name; an instance may change it
 
     def __init__(self, env: Any, *, counter: TokenCounter | Callable[[str], int] | None = None):
         super().__init__(env)
@@ -276,9 +279,7 @@ class ContextWrapper(Wrapper):
         # No model call follows a finished episode; editing then would only cost (a summary!).
         return terminated or truncated
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ResetResult:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> ChatReset:
         """Reset the stack; edit the first chat if it is already over budget."""
         _, info = self.env.reset(seed=seed, options=options)
         self.steps, self.edits, self.warnings = 0, [], []
@@ -287,16 +288,16 @@ class ContextWrapper(Wrapper):
 
     async def areset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> ResetResult:
+    ) -> ChatReset:
         """Async twin of `reset`."""
         _, info = await areset_of(self.env, seed=seed, options=options)
         self.steps, self.edits, self.warnings = 0, [], []
         before = list(self.history.messages)
         return self._commit(await self.aplan(before), before, info)
 
-    def step(self, action: Any) -> StepResult:
+    def step(self, action: Any) -> ChatStep:
         """Step the stack, then edit the chat when this strategy says so."""
-        _, reward, terminated, truncated, info = self.env.step(action)
+        _, reward, terminated, truncated, info = as_step_result(self.env.step(action))
         self.steps += 1
         before = list(self.history.messages)
         skip = self._skip(terminated, truncated)
@@ -304,7 +305,7 @@ class ContextWrapper(Wrapper):
         obs, info = self._commit(planned, before, info, check=not skip)
         return obs, reward, terminated, truncated, info
 
-    async def astep(self, action: Any) -> StepResult:
+    async def astep(self, action: Any) -> ChatStep:
         """Async twin of `step`."""
         _, reward, terminated, truncated, info = await astep_of(self.env, action)
         self.steps += 1
@@ -372,7 +373,7 @@ class DiscardContext(BudgetContext):
     without tools).
     """
 
-    strategy: ClassVar[str] = "discard"
+    strategy = "discard"
 
     def __init__(
         self,
@@ -422,7 +423,7 @@ class DiscardContext(BudgetContext):
 class DiscardAllContext(DiscardContext):
     """Over budget: drop every tool-call turn but the newest `keep_last` (default 1)."""
 
-    strategy: ClassVar[str] = "discard_all"
+    strategy = "discard_all"
 
     def __init__(self, env: Any, *, max_context: int, **kwargs: Any):
         super().__init__(env, max_context=max_context, fraction=1.0, **kwargs)
@@ -432,7 +433,7 @@ class ThinkingRetention(ContextWrapper):
     """Keep the reasoning of assistant turns while only tool results follow them; drop it
     (the `reasoning_content` field and `<think>` blocks) once a new user message arrives."""
 
-    strategy: ClassVar[str] = "thinking_retention"
+    strategy = "thinking_retention"
 
     def plan(self, messages: Messages) -> tuple[Messages, dict[str, Any]] | None:
         """Strip reasoning that sits before the newest user message."""
@@ -460,7 +461,7 @@ class SummaryContext(BudgetContext):
     policy record their `usage` in the edit.
     """
 
-    strategy: ClassVar[str] = "summary"
+    strategy = "summary"
 
     def __init__(
         self,

@@ -23,6 +23,7 @@ from gemkit.core import (
     StepResult,
     Wrapper,
     areset_of,
+    as_step_result,
     astep_of,
     inner_runs_sync,
 )
@@ -176,7 +177,7 @@ class _History(Wrapper):
     def _extend(self, action: Any, obs: str, info: Mapping[str, Any]) -> Any:
         raise NotImplementedError
 
-    def _env_action(self, action: Any) -> str:
+    def _env_action(self, action: Any) -> Any:
         return action
 
     def reset(
@@ -195,7 +196,8 @@ class _History(Wrapper):
 
     def step(self, action: Any) -> StepResult:
         """Step the env; the observation is the history so far."""
-        obs, reward, terminated, truncated, info = self.env.step(self._env_action(action))
+        step = as_step_result(self.env.step(self._env_action(action)))
+        obs, reward, terminated, truncated, info = step
         return self._extend(action, obs, info), reward, terminated, truncated, info
 
     async def astep(self, action: Any) -> StepResult:

@@ -418,7 +418,8 @@ class RuleAgent:
     def _holder_rel(lf: Node, path: tuple[Any, ...]) -> str:
         if not path:
             return ""
-        return get(lf, path[:-1])["where"][path[-1]]["rel"]
+        rel: str = get(lf, path[:-1])["where"][path[-1]]["rel"]
+        return rel
 
     async def grow(self, state: QAState, rng: np.random.Generator) -> QAState:
         """Apply inject and fuzz edits until the targets are met or no edit passes."""

@@ -4,6 +4,7 @@ picks one and verification accepts or rejects it."""
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,7 +156,7 @@ def value_node(world: World, relation: str, value: Any) -> Node:
 
 
 def fuzz_candidates(lf: Node, world: World, rng: np.random.Generator,
-                    seen: set[str] = frozenset()) -> list[Candidate]:
+                    seen: AbstractSet[str] = frozenset()) -> list[Candidate]:
     """Every way to blur one detail of the form: a year, a number, a place or a name.
 
     A place is never blurred into an entity the question has named before (`seen`): "a city in
@@ -216,7 +217,7 @@ def facts_from_docs(docs: list[dict[str, Any]], entity_id: str, names: list[str]
 
 def inject_candidates(lf: Node, path: Path, docs: list[dict[str, Any]], world: World,
                       index: FactIndex, answer_id: str, want_entity: bool,
-                      seen: set[str] = frozenset(), used_facts: set[int] = frozenset(),
+                      seen: AbstractSet[str] = frozenset(), used_facts: AbstractSet[int] = frozenset(),
                       max_fits: int = 8) -> list[Candidate]:
     """Descriptions of the entity at `path` built from facts the search returned.
 

@@ -184,7 +184,8 @@ class FactIndex:
             types = {e.id: e.type for e in world.entities.values()}
             return cls(((f.subject, f.relation, f.object) for f in world.facts), types)
 
-        return world.derived("fact_index", build)
+        index: FactIndex = world.derived("fact_index", build)
+        return index
 
     def evaluate(self, node: Node) -> set[str]:
         """The entities that satisfy a query node (or the one an entity node names)."""
@@ -212,7 +213,8 @@ class FactIndex:
     def fits(self, entity: str, node: Node) -> bool:
         """Whether one entity satisfies a node (checked top-down, through its own facts)."""
         if node["kind"] == "entity":
-            return entity == node["id"]
+            same: bool = entity == node["id"]
+            return same
         if self.types.get(entity) != node["type"]:
             return False
         key = (entity, id(node))
@@ -298,7 +300,8 @@ class FactIndex:
 def holds(node: Node, value: Any) -> bool:
     """Whether a plain value (year, number, label) satisfies a literal or range node."""
     if node["kind"] == "literal":
-        return node["value"] == value
+        equal: bool = node["value"] == value
+        return equal
     if node["kind"] == "range":
         return (node["lo"] is None or value >= node["lo"]) and (node["hi"] is None or value <= node["hi"])
     return False
@@ -311,14 +314,16 @@ def value_text(node: Node, rel: str, refs: dict[str, str]) -> str:
     """How a value node reads inside a relation's phrase."""
     kind = node["kind"]
     if kind == "entity":
-        return refs.get(node["id"], node["name"])
+        name: str = node["name"]
+        return refs.get(node["id"], name)
     if kind == "literal":
         obj = RELATIONS[rel].obj
         if obj == NUMBER:
             return format_number(int(node["value"]))
         return str(node["value"])
     if kind == "range":
-        return node["text"]
+        text: str = node["text"]
+        return text
     return noun_phrase(node, refs)
 
 

@@ -222,9 +222,10 @@ class Realizer:
         labelled = len(rest) < len(node["where"])
         if c["dir"] == "in" and rel.in_noun and not labelled:
             # a slot in the middle takes a name only: "the university where X studied"
-            if rel.in_noun.endswith("{S}") or _simple(inner):
-                cost = _clauses_in(rel.in_noun) + self.value_need(inner)
-                options.append((cost, lambda: rel.in_noun.format(S=self.value(inner, c["rel"]))))
+            in_noun = rel.in_noun
+            if in_noun.endswith("{S}") or _simple(inner):
+                cost = _clauses_in(in_noun) + self.value_need(inner)
+                options.append((cost, lambda: in_noun.format(S=self.value(inner, c["rel"]))))
             if (
                 inner["kind"] == "entity"
                 and rel.in_noun.startswith("the ")
@@ -234,14 +235,13 @@ class Realizer:
                 name = value_text(inner, c["rel"], self.refs)
                 owner = f"{name}'" + ("" if name.endswith("s") else "s")
                 options.append((0, lambda: f"{owner} {noun}"))
-        if c["dir"] == "out" and rel.out_pp and (rel.out_pp.endswith("{O}") or _simple(inner)):
-            cost = _clauses_in(rel.out_pp) + self.value_need(inner)
+        out_pp = rel.out_pp
+        if c["dir"] == "out" and out_pp and (out_pp.endswith("{O}") or _simple(inner)):
+            cost = _clauses_in(out_pp) + self.value_need(inner)
             options.append(
                 (
                     cost,
-                    lambda: (
-                        f"{with_article(head)} {rel.out_pp.format(O=self.value(inner, c['rel']))}"
-                    ),
+                    lambda: f"{with_article(head)} {out_pp.format(O=self.value(inner, c['rel']))}",
                 )
             )
         return options
@@ -299,7 +299,9 @@ class Realizer:
             if i is not None:
                 c = rest[i]
                 others = [x for j, x in enumerate(rest) if j != i]
-                pp = RELATIONS[c["rel"]].out_pp.format(O=self.value(c["value"], c["rel"]))
+                apposed = RELATIONS[c["rel"]].out_pp
+                assert apposed is not None  # _apposable chose a clause with a participle
+                pp = apposed.format(O=self.value(c["value"], c["rel"]))
                 need = _clauses_in(pp) + self.list_need(others)
                 if construction == "apposition":
                     return self.sentence(
@@ -344,9 +346,11 @@ class Realizer:
             )
         ]
         for g in nested:
-            said.append(
-                self.sentence(self.list_need(g), lambda g=g: f"{it} {self.group_phrase(g)}.")
-            )
+
+            def write(g: list[dict[str, Any]] = g) -> str:
+                return f"{it} {self.group_phrase(g)}."
+
+            said.append(self.sentence(self.list_need(g), write))
         said.append(f"Who is this {head}?" if person else f"Which {head} is it?")
         return " ".join(said)
 

@@ -99,8 +99,8 @@ class RunStats:
 
     kept: int = 0
     items: int = 0
-    rejected: Counter = field(default_factory=Counter)  # final stage -> items
-    edit_rejections: Counter = field(default_factory=Counter)  # stage -> rejected edits
+    rejected: Counter[str] = field(default_factory=Counter)  # final stage -> items
+    edit_rejections: Counter[str] = field(default_factory=Counter)  # stage -> rejected edits
     #: edits refused because the clause they added did no work (counted in edit_rejections)
     idle_edits: int = 0
     n_inject: list[int] = field(default_factory=list)
@@ -197,11 +197,13 @@ class InlineBackend:
 
     async def search(self, query: str, topk: int) -> list[dict[str, Any]]:
         """The docs for `query`, best first."""
-        return self.index.search(query, topk)
+        docs: list[dict[str, Any]] = self.index.search(query, topk)
+        return docs
 
     async def access(self, url_or_id: str) -> dict[str, Any] | None:
         """The full doc at `url_or_id`, or None."""
-        return self.index.access(url_or_id)
+        doc: dict[str, Any] | None = self.index.access(url_or_id)
+        return doc
 
     async def close(self) -> None:
         """Nothing to release."""
@@ -245,6 +247,7 @@ class Synthesizer:
             client = LLMClient(base_url=self.config.llm_url, model=self.config.model, max_retries=3,
                                timeout=self.config.timeout)
             return OutsideAgent(self.search, self.access, client, self.doc_text, self.agent_config)
+        assert self.world is not None  # a run without outside seeds has its world
         if self.config.llm_url:
             from gemkit.synth.qa.llm import LLMAgent
 
@@ -271,6 +274,7 @@ class Synthesizer:
         rid = self.record_id(k)
         if self.seeds is not None:
             return await self._amake_outside(k, rid, rng)
+        assert self.world is not None  # a run without outside seeds has its world
         state = make_seed(self.world, self.facts, rng)
         if state is None:
             return {"id": rid, "k": k, "rejected_stage": "seed", "reason": "no unique seed question"}
@@ -304,6 +308,7 @@ class Synthesizer:
 
     async def verify(self, state: QAState, rng: np.random.Generator) -> dict[str, Any]:
         """The three stages (the LLM agent adds its closed-book samples to difficulty)."""
+        assert self.world is not None  # only a run without outside seeds verifies a state
         v = await verify_state(state, self.world, self.doc_text, self.closed_book, self.solver, rng)
         extra = getattr(self.agent, "closed_book", None)
         if extra is not None:
@@ -577,8 +582,8 @@ def _outcomes(todo: Iterator[int], world: World | None, corpus: Path, config: Ru
     shared = world if ctx.get_start_method() == "fork" else None
     if shared is not None and not config.seeds:
         # built once here, the lookups reach every forked worker for free
-        FactIndex.of_world(world)
-        world_refs(world)
+        FactIndex.of_world(shared)
+        world_refs(shared)
     with ctx.Pool(workers, _init_worker, (shared, str(corpus), config, str(index_dir))) as pool:
         batch = workers * 16
         while stats.kept < n:

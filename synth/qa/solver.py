@@ -151,7 +151,7 @@ class ToolSolver:
             found = [c for c in sorted(cands[0] if cands else ()) if await self._check(c, lf)]
         except BudgetExceeded:
             return SolveResult(None, [], self.calls, exhausted=True, queries=self.queries)
-        names = [self._articles[c].name if self._articles.get(c) else c for c in found]
+        names = [a.name if (a := self._articles.get(c)) else c for c in found]
         return SolveResult(names[0] if names else None, names, self.calls, queries=self.queries)
 
     async def _call(self, tool: Any, args: Any) -> Any:

@@ -140,8 +140,8 @@ def check_quality(
     for s in support:
         if s["doc_id"] not in cache:
             cache[s["doc_id"]] = doc_text(s["doc_id"])
-        text = cache[s["doc_id"]]
-        if text is None or s["text"] not in text:
+        doc = cache[s["doc_id"]]
+        if doc is None or s["text"] not in doc:
             ungrounded.append(s["doc_id"])
     out["grounded"] = f"{len(support) - len(ungrounded)}/{len(support)}"
     out["ungrounded"] = ungrounded

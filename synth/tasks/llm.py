@@ -467,7 +467,7 @@ def synthesize_with_llm(
                         {"role": "user", "content": answer},
                     ]
                     continue
-                result = (
+                result: dict[str, Any] = (
                     run_program(program, sandbox)
                     if program
                     else {"ok": False, "error": "no ```python block in the reply"}

@@ -82,7 +82,7 @@ class _Builder:
         return self.rng.between(min(a, LAST_YEAR - 1), max(min(b, LAST_YEAR), a + 1) + 1)
 
     def number(self, rel: str, lo: int | None = None, hi: int | None = None) -> int:
-        a, b = (lo, hi) if lo is not None else RANGES[rel]
+        a, b = (lo, hi) if lo is not None and hi is not None else RANGES[rel]
         # log-uniform: populations and lengths span orders of magnitude
         la, lb = math.log(a), math.log(b)
         return int(round(math.exp(la + (lb - la) * self.rng.random())))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class NameGenerator:
             parts.append(onset + self._pick(VOWELS) + coda)
         return "".join(parts).capitalize()
 
-    def _clean(self, make: callable) -> str:  # type: ignore[valid-type]
+    def _clean(self, make: Callable[[], str]) -> str:
         # three vowels in a row ("Raeeigiax") read as noise, not as a name
         for _ in range(20):
             name = make()
@@ -71,7 +72,7 @@ class NameGenerator:
                 return name
         return name
 
-    def unique(self, make: callable, attempts: int = 50) -> str:  # type: ignore[valid-type]
+    def unique(self, make: Callable[[], str], attempts: int = 50) -> str:
         """Call `make()` until it returns a name not used yet (words grow longer if needed)."""
         for _ in range(attempts):
             name = self._clean(make)

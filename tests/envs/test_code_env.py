@@ -327,3 +327,50 @@ def test_subclasses_of_builtin_types_and_numpy_scalars_are_checked_by_value():
     env.reset(options={"index": 0})
     _, reward, _, _, info = env.step(fenced(right))
     assert reward == 1.0, info
+
+
+def _python310() -> str | None:
+    """A Python 3.10 that runs (pyenv's, else python3.10 on the PATH), or None."""
+    import glob
+    import shutil
+    import subprocess
+
+    for c in [*sorted(glob.glob("/root/.pyenv/versions/3.10*/bin/python3.10")), "python3.10"]:
+        path = shutil.which(c)
+        if path and subprocess.run([path, "-c", "pass"], capture_output=True).returncode == 0:
+            return path
+    return None
+
+
+def _run_on_python_3_10(path: str, then: str) -> str:
+    """Load the standard-library-only module at `path` on Python 3.10, run `then`, its stdout."""
+    import subprocess
+
+    python = _python310()
+    if python is None:
+        pytest.skip("no Python 3.10 on this machine (gemkit supports 3.10 and later)")
+    load = (
+        "import importlib.util, sys; "
+        f"spec = importlib.util.spec_from_file_location('m', {path!r}); "
+        "m = importlib.util.module_from_spec(spec); sys.modules['m'] = m; "
+        f"spec.loader.exec_module(m); {then}"
+    )
+    done = subprocess.run([python, "-c", load], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+def test_the_probe_splitter_loads_on_python_3_10():
+    # Python 3.10's ast has no TryStar (`except*` is 3.11's)
+    import gemkit.envs.code.probes as probes
+
+    then = "print(sorted(m._UNSUPPORTED.values())[0])"
+    assert _run_on_python_3_10(probes.__file__, then) == "'async def'"
+
+
+def test_the_sandbox_runtime_copies_a_bytes_subclass_on_python_3_10():
+    # bytes.__bytes__ is Python 3.11's: the runtime copies a bytes subclass without it
+    import gemkit.envs.code.runtime as runtime
+
+    then = "B = type('B', (bytes,), {}); v = m._plain_copy(B(b'ab')); print(type(v).__name__, v)"
+    assert _run_on_python_3_10(runtime.__file__, then) == "bytes b'ab'"

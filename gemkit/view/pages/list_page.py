@@ -36,8 +36,8 @@ def _filters(coll: Collection, params: Mapping[str, Any]) -> Markup:
                 arrays[f"v:{col.name}"][arrays[f"v:{col.name}"] >= 0], minlength=len(labels)
             )
             top = sorted(range(len(labels)), key=lambda i: -counts[i])[:200]
-            opts = sorted(top, key=lambda i: labels[i])
-            choices.append((col.name, col.label, [labels[i] for i in opts]))
+            in_order = sorted(top, key=lambda i: labels[i])
+            choices.append((col.name, col.label, [labels[i] for i in in_order]))
     if len(coll.sources) > 1:
         choices.append(("file", "file", coll.files))
     for name, label, options in choices:

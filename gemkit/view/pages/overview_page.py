@@ -22,7 +22,7 @@ SIDE_TAIL_BYTES = 64 * 1024
 
 def _size(path: Path) -> str:
     try:
-        n = path.stat().st_size if path.is_file() else 0
+        n: float = path.stat().st_size if path.is_file() else 0
     except OSError:
         return "?"
     for unit in ("B", "KB", "MB", "GB"):
@@ -39,7 +39,7 @@ def collection_notes(coll: Collection) -> list[Markup]:
         notes.append(message(coll.problem, "error"))
     bad = int(np.count_nonzero(coll.index.arrays()["bad"]))
     if bad:
-        link = url("/list", c=coll.key, **{"f.unreadable": "yes"})
+        link = url("/list", (), c=coll.key, **{"f.unreadable": "yes"})
         notes.append(
             fmt(
                 '<div class="msg error">{n} unreadable line(s) (not JSON records); '

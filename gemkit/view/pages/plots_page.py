@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -85,7 +86,7 @@ def plots_page(cat: Catalog, coll: Collection) -> Markup:
         if name == "episodes":
             charts.append(plots.histogram("turns per episode", list(arrays["v:turns"])))
             charts.append(plots.histogram("tool calls per episode", list(arrays["v:tool_calls"])))
-            series = []
+            series: list[tuple[str, Sequence[float], Sequence[float]]] = []
             for label, rows in groups:
                 s = arrays["v:success"][rows].astype(float)
                 s[s < 0] = 0
