@@ -61,6 +61,7 @@ demo: $(VENV)/.demo-installed
 
 test: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(MAKE) --no-print-directory typecheck
 	$(PY) -m pytest
 
@@ -100,6 +101,7 @@ typecheck: $(VENV)/.test-installed
 
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: $(VENV)/.test-installed
 	$(PIP) gem-llm

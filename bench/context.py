@@ -103,12 +103,16 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=32_000)
     args = ap.parse_args()
     print(f"{args.turns}-turn search trajectories, window {args.window:,} tokens")
-    print(f"{'strategy':<20} {'turns reached':>14} {'tokens at end':>14} "
-          f"{'mean tokens read/turn':>22} {'edits':>6}")
+    print(
+        f"{'strategy':<20} {'turns reached':>14} {'tokens at end':>14} "
+        f"{'mean tokens read/turn':>22} {'edits':>6}"
+    )
     for name in STRATEGIES:
         r = asyncio.run(run(name, args.turns, args.window))
-        print(f"{name:<20} {r['reached']:>14} {r['final']:>14,} {r['mean_read']:>22,.0f} "
-              f"{r['edits']:>6}")
+        print(
+            f"{name:<20} {r['reached']:>14} {r['final']:>14,} {r['mean_read']:>22,.0f} "
+            f"{r['edits']:>6}"
+        )
 
 
 if __name__ == "__main__":

@@ -83,8 +83,10 @@ def main() -> None:
         for c in (1, 64, 512):
             n = {1: 20, 64: 256, 512: 1024}[c] * scale
             rate, turns = asyncio.run(llm_rate(srv.base_url, n, c))
-            print(f"{'scripted server, concurrency ' + str(c):<40} {rate:>12,.1f} "
-                  f"{rate * turns / n:>10,.0f}")
+            print(
+                f"{'scripted server, concurrency ' + str(c):<40} {rate:>12,.1f} "
+                f"{rate * turns / n:>10,.0f}"
+            )
     us = asyncio.run(overhead_us(2000 * scale))
     print(f"{'gemkit overhead per turn (no HTTP)':<40} {us:>11.1f} µs")
 

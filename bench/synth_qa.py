@@ -44,8 +44,13 @@ def main() -> None:
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-synth-qa-"))
-    config = RunConfig(n=args.n, world_size=args.world_size, seed=args.seed,
-                       min_inject=args.min_inject, min_fuzz=args.min_fuzz)
+    config = RunConfig(
+        n=args.n,
+        world_size=args.world_size,
+        seed=args.seed,
+        min_inject=args.min_inject,
+        min_fuzz=args.min_fuzz,
+    )
     try:
         t0 = time.perf_counter()
         world, _ = prepare(tmp, config)
@@ -58,7 +63,9 @@ def main() -> None:
         stats = run(tmp, config, workers=args.workers, export=False)
         total_s, cpu_s = time.perf_counter() - t1, cpu_seconds() - c1
         records = read_records(tmp)
-        outcomes = records + [json.loads(x) for x in (tmp / "rejected.jsonl").read_text().splitlines()]
+        outcomes = records + [
+            json.loads(x) for x in (tmp / "rejected.jsonl").read_text().splitlines()
+        ]
         data = data_report(records, outcomes, world)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -90,7 +97,9 @@ def main() -> None:
             "shortcut": round(
                 (after_uniqueness - s["rejected"].get("shortcut", 0)) / max(1, after_uniqueness), 3
             ),
-            "not a duplicate": round(s["kept"] / max(1, s["kept"] + s["rejected"].get("duplicate", 0)), 3),
+            "not a duplicate": round(
+                s["kept"] / max(1, s["kept"] + s["rejected"].get("duplicate", 0)), 3
+            ),
             "overall": round(s["kept"] / items, 3),
         },
         "edit_rejections": s["edit_rejections"],
@@ -99,7 +108,8 @@ def main() -> None:
         "mean_tool_calls": s["mean_tool_calls"],
         "closed_book_accuracy": s["closed_book_accuracy"],
         "load_average_before_after": [
-            load_before, os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+            load_before,
+            os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         ],
         # what a data scientist checks before training on it (`gemkit.synth.qa.report`)
         "data": data,

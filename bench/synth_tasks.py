@@ -36,7 +36,10 @@ from gemkit.synth.tasks.run import RunConfig, make_record, pass_at_k, run_synthe
 
 def _cpu() -> float:
     # this process and its finished workers: the cost without other jobs' load
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    own, kids = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
@@ -75,7 +78,9 @@ def throughput(
     }
 
 
-def hardness_curve(category: str, tasks: int, level: int, k: int, root: Path) -> list[dict[str, Any]]:
+def hardness_curve(
+    category: str, tasks: int, level: int, k: int, root: Path
+) -> list[dict[str, Any]]:
     """Per level: tasks, median valid answers, mean valid fraction, baseline pass rate."""
     cat = get_category(category)
     rows: dict[int, dict[str, list[float]]] = {}

@@ -42,8 +42,17 @@ def play(env_id: str, seed: int, actions: list[str]) -> list[tuple]:
 def test_game_family_is_complete():
     names = {gemkit.spec(i).name for i in GAME_IDS}
     assert {
-        "GuessTheNumber", "Mastermind", "Minesweeper", "Sudoku", "Hangman", "Wordle",
-        "TowerOfHanoi", "Game2048", "FifteenPuzzle", "Sokoban", "LightsOut",
+        "GuessTheNumber",
+        "Mastermind",
+        "Minesweeper",
+        "Sudoku",
+        "Hangman",
+        "Wordle",
+        "TowerOfHanoi",
+        "Game2048",
+        "FifteenPuzzle",
+        "Sokoban",
+        "LightsOut",
     } <= names
     for name in names:
         assert f"game:{name}-v0-easy" in GAME_IDS and f"game:{name}-v0-hard" in GAME_IDS
@@ -130,7 +139,9 @@ def test_expert_wins_easy_games(env_id):
 
 @pytest.mark.parametrize("env_id", EASY_IDS)
 def test_expert_beats_random(env_id):
-    expert = summarize(run_episodes(env_id, lambda: gemkit.make_policy("expert", env_id), 20, seed=7))
+    expert = summarize(
+        run_episodes(env_id, lambda: gemkit.make_policy("expert", env_id), 20, seed=7)
+    )
     rand = summarize(
         run_episodes(env_id, lambda: gemkit.make_policy("random", env_id, seed=0), 20, seed=7)
     )
@@ -166,7 +177,9 @@ def test_guess_the_number_discount_favours_short_games():
     wrong = [x for x in range(1, 21) if x != target]
     short = [env.step(f"\\boxed{{{target}}}")[1]]
     env.reset(seed=0)
-    long = [env.step(f"\\boxed{{{w}}}")[1] for w in wrong[:5]] + [env.step(f"\\boxed{{{target}}}")[1]]
+    long = [env.step(f"\\boxed{{{w}}}")[1] for w in wrong[:5]] + [
+        env.step(f"\\boxed{{{target}}}")[1]
+    ]
     assert discounted_first_return(short, 0.9) > discounted_first_return(long, 0.9)
     assert sum(short) == sum(long) == 1.0
 

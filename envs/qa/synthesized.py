@@ -58,7 +58,9 @@ def split_records(
     if split is None:
         return records
     if split not in SPLITS:
-        raise GemkitError(f"split must be one of {', '.join(SPLITS)} (or None for all), got {split!r}")
+        raise GemkitError(
+            f"split must be one of {', '.join(SPLITS)} (or None for all), got {split!r}"
+        )
     unique = first_of_each(records, key=lambda r: r["question"])
     kept = [r for r in unique if answer_split(r["answer"], test_fraction) == split]
     if not kept:

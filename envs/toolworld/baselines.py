@@ -174,14 +174,17 @@ def _sample_day(
         if not trip_rules.day_violations(spec, n, day, True):
             valid = True
             break
-    return {"valid": valid, "day": {
-        "time": date,
-        "city": city,
-        "hotel": h["name"],
-        "afternoon_restaurant": r1["name"],
-        "afternoon_attraction": a["name"],
-        "evening_restaurant": r2["name"],
-    }}
+    return {
+        "valid": valid,
+        "day": {
+            "time": date,
+            "city": city,
+            "hotel": h["name"],
+            "afternoon_restaurant": r1["name"],
+            "afternoon_attraction": a["name"],
+            "evening_restaurant": r2["name"],
+        },
+    }
 
 
 def parse_meeting_prompt(prompt: str) -> dict[str, Any] | None:
@@ -245,7 +248,9 @@ class MeetingBaseline(GeneratorAgent):
                 facts["work"][p] = w if isinstance(w, dict) else {"start_hour": 0, "end_hour": 24}
         for r in rooms:
             info = next(got)
-            facts["rooms"][r] = info if isinstance(info, dict) else {"capacity": 0, "floor": 0, "video": False}
+            facts["rooms"][r] = (
+                info if isinstance(info, dict) else {"capacity": 0, "floor": 0, "video": False}
+            )
         for r in rooms:
             for d in days:
                 facts["booked"].setdefault(r, {})[d] = _list(next(got))

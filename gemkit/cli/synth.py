@@ -45,21 +45,31 @@ def add_qa(sub: argparse._SubParsersAction) -> None:
     add_run_folder(p, what="run folder (qa.jsonl, rejected.jsonl, corpus.jsonl, dataset/)")
     p.add_argument("--world-size", type=_positive, default=10_000, help="entities in the world")
     p.add_argument("--seed", type=int, default=0, help="run seed: world, seeds, edits (default 0)")
-    p.add_argument("--min-inject", type=_count, default=4, help="injections a record needs (default 4)")
+    p.add_argument(
+        "--min-inject", type=_count, default=4, help="injections a record needs (default 4)"
+    )
     p.add_argument("--min-fuzz", type=_count, default=2, help="fuzzes a record needs (default 2)")
-    p.add_argument("--llm", metavar="URL", help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1")
+    p.add_argument(
+        "--llm", metavar="URL", help="OpenAI-compatible base URL, e.g. http://localhost:8000/v1"
+    )
     p.add_argument("--model", help="model name for --llm")
     add_timeout_option(p)
-    p.add_argument("--corpus", help="an outside corpus JSONL ({id, title, text, url}); needs --seeds and --llm")
+    p.add_argument(
+        "--corpus", help="an outside corpus JSONL ({id, title, text, url}); needs --seeds and --llm"
+    )
     p.add_argument("--seeds", help="a JSONL of {question, answer} seed questions; needs --llm")
     p.add_argument("--workers", type=_positive, default=1, help="worker processes (default 1)")
     p.add_argument(
-        "--test-fraction", type=_fraction, default=0.1,
+        "--test-fraction",
+        type=_fraction,
+        default=0.1,
         help="share of answers the dataset export puts in its test split (default 0.1; no "
         "answer is on both sides)",
     )
     p.add_argument(
-        "--executor", choices=["process", "ray"], default="process",
+        "--executor",
+        choices=["process", "ray"],
+        default="process",
         help="run workers as local processes or as Ray tasks on a cluster",
     )
     p.add_argument("--ray-address", default=None, help="Ray cluster address (or RAY_ADDRESS)")
@@ -88,7 +98,9 @@ def _table(stats: Any, title: str) -> Any:
         if stage not in STAGES:
             items.add_row(f"rejected at {stage}", str(n))
     if stats.failed:
-        items.add_row("failed on the model server (not settled: retried on resume)", str(stats.failed))
+        items.add_row(
+            "failed on the model server (not settled: retried on resume)", str(stats.failed)
+        )
     if stats.resumed:
         items.add_row("kept records found on disk (resumed)", str(stats.resumed))
 
@@ -100,7 +112,9 @@ def _table(stats: Any, title: str) -> Any:
         kept.add_row("checked clause by clause", f"{checked} of {s['kept']}")
         kept.add_row("with a clause the answer does not need", str(s["idle_clauses"]))
         kept.add_row("with a blurred value that excludes no entity", str(s["vacuous_blurs"]))
-    kept.add_row("hard to read (clause in a clause, verb twice, deep clauses)", str(s["hard_to_read"]))
+    kept.add_row(
+        "hard to read (clause in a clause, verb twice, deep clauses)", str(s["hard_to_read"])
+    )
     kept.add_row("mean injections per record", f"{s['mean_inject']:.2f}")
     kept.add_row("mean fuzzes per record", f"{s['mean_fuzz']:.2f}")
     kept.add_row("mean tool calls to solve", f"{s['mean_tool_calls']:.1f}")
@@ -132,33 +146,55 @@ def run_qa(args: argparse.Namespace) -> int:
     if args.model and not args.llm:
         raise GemkitError("--model needs --llm URL (an OpenAI-compatible endpoint)")
     refuse_unless_resume(args, "synth qa")
-    config = RunConfig(n=args.n, world_size=args.world_size, seed=args.seed,
-                       min_inject=args.min_inject, min_fuzz=args.min_fuzz, llm_url=args.llm,
-                       model=args.model, corpus=args.corpus, seeds=args.seeds,
-                       timeout=args.timeout)
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rejected]} rejected"), TimeElapsedColumn())
+    config = RunConfig(
+        n=args.n,
+        world_size=args.world_size,
+        seed=args.seed,
+        min_inject=args.min_inject,
+        min_fuzz=args.min_fuzz,
+        llm_url=args.llm,
+        model=args.model,
+        corpus=args.corpus,
+        seeds=args.seeds,
+        timeout=args.timeout,
+    )
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rejected]} rejected"),
+        TimeElapsedColumn(),
+    )
     seen: dict[str, Any] = {}
 
     def describe() -> str:
         stats = seen.get("stats")
         if stats is None:
             return "synth qa: preparing the world and its search index"
-        return (f"synth qa: {stats.kept}/{args.n} kept, {sum(stats.rejected.values())} rejected "
-                f"after {stats.items} work items (a work item asks the model many times)")
+        return (
+            f"synth qa: {stats.kept}/{args.n} kept, {sum(stats.rejected.values())} rejected "
+            f"after {stats.items} work items (a work item asks the model many times)"
+        )
 
     with Progress(*columns, console=console, transient=True) as progress, heartbeat(describe):
         task = progress.add_task("synth qa", total=args.n, rejected=0)
 
         def on_item(outcome: dict[str, Any], stats: Any) -> None:
             seen["stats"] = stats
-            progress.update(task, completed=min(stats.kept, args.n),
-                            rejected=sum(stats.rejected.values()))
+            progress.update(
+                task, completed=min(stats.kept, args.n), rejected=sum(stats.rejected.values())
+            )
 
-        stats = run(args.out, config, workers=args.workers, on_item=on_item,
-                    on_start=lambda stats: on_item({}, stats),
-                    executor=args.executor, ray_address=args.ray_address,
-                    test_fraction=args.test_fraction)
+        stats = run(
+            args.out,
+            config,
+            workers=args.workers,
+            on_item=on_item,
+            on_start=lambda stats: on_item({}, stats),
+            executor=args.executor,
+            ray_address=args.ray_address,
+            test_fraction=args.test_fraction,
+        )
     console.print(_table(stats, f"synth qa → {args.out}"))
     records = args.out / "qa.jsonl"
     if records.exists():

@@ -283,7 +283,9 @@ class GemkitRollout:
                 rewards[i].append(float(reward))
                 if terminated or truncated:
                     continue
-                reply = reply_ids(tokenizer, _text(obs), after=response)[: budget - len(completions[i])]
+                reply = reply_ids(tokenizer, _text(obs), after=response)[
+                    : budget - len(completions[i])
+                ]
                 completions[i] += reply
                 masks[i] += [0] * len(reply)
                 still.append(i)

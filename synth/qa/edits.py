@@ -30,9 +30,16 @@ from gemkit.synth.world.world import Fact, World, split_sentences
 #: how an entity of each type is blurred: the relation whose value replaces its name (a person
 #: is not: "an engineer" fits hundreds and leaves a question no searcher can start from)
 FUZZ_RELATION: dict[str, str] = {
-    "city": "located_in", "mountain": "located_in", "river": "flows_through",
-    "university": "university_city", "railway": "railway_kind", "company": "industry",
-    "book": "book_genre", "film": "film_genre", "band": "band_genre", "event": "event_kind",
+    "city": "located_in",
+    "mountain": "located_in",
+    "river": "flows_through",
+    "university": "university_city",
+    "railway": "railway_kind",
+    "company": "industry",
+    "book": "book_genre",
+    "film": "film_genre",
+    "band": "band_genre",
+    "event": "event_kind",
     "award": "award_field",
 }
 
@@ -63,7 +70,9 @@ def fuzz_year(node: Node) -> Node | None:
     if node["kind"] == "literal":
         v = int(node["value"])
         d = v // 10 * 10
-        part, lo, hi = ("early", 0, 3) if v % 10 <= 3 else ("mid-", 4, 6) if v % 10 <= 6 else ("late", 7, 9)
+        part, lo, hi = (
+            ("early", 0, 3) if v % 10 <= 3 else ("mid-", 4, 6) if v % 10 <= 6 else ("late", 7, 9)
+        )
         text = f"the mid-{d}s" if part == "mid-" else f"the {part} {d}s"
         return range_node(d + lo, d + hi, text)
     if node["kind"] != "range" or node["lo"] is None or node["hi"] is None:
@@ -77,7 +86,11 @@ def fuzz_year(node: Node) -> Node | None:
         first = lo % 100 < 50
         half_lo = c if first else c + 50
         century = _ordinal(c // 100 + 1)
-        return range_node(half_lo, half_lo + 49, f"the {'first' if first else 'second'} half of the {century} century")
+        return range_node(
+            half_lo,
+            half_lo + 49,
+            f"the {'first' if first else 'second'} half of the {century} century",
+        )
     return None
 
 
@@ -149,14 +162,19 @@ def fuzz_number(
 
 def value_node(world: World, relation: str, value: Any) -> Node:
     """The node for a fact's object (or subject): an entity, or a literal year/number/label."""
-    if isinstance(value, str) and value in world.entities and RELATIONS[relation].obj not in (LABEL,):
+    if (
+        isinstance(value, str)
+        and value in world.entities
+        and RELATIONS[relation].obj not in (LABEL,)
+    ):
         e = world.entities[value]
         return entity_node(e.id, e.name, e.type)
     return literal_node(value)
 
 
-def fuzz_candidates(lf: Node, world: World, rng: np.random.Generator,
-                    seen: AbstractSet[str] = frozenset()) -> list[Candidate]:
+def fuzz_candidates(
+    lf: Node, world: World, rng: np.random.Generator, seen: AbstractSet[str] = frozenset()
+) -> list[Candidate]:
     """Every way to blur one detail of the form: a year, a number, a place or a name.
 
     A place is never blurred into an entity the question has named before (`seen`): "a city in
@@ -170,7 +188,9 @@ def fuzz_candidates(lf: Node, world: World, rng: np.random.Generator,
         if obj == YEAR and node["kind"] in ("literal", "range"):
             new = fuzz_year(node)
             if new is not None:
-                out.append(Candidate("fuzz", path, new, description=f"blur the year to {new['text']!r}"))
+                out.append(
+                    Candidate("fuzz", path, new, description=f"blur the year to {new['text']!r}")
+                )
         elif obj == NUMBER and node["kind"] in ("literal", "range"):
             # an exact number can be blurred several ways; the tighter ones may keep the
             # answer unique where the others do not
@@ -178,27 +198,44 @@ def fuzz_candidates(lf: Node, world: World, rng: np.random.Generator,
             for mode in dict.fromkeys(modes):
                 new = fuzz_number(node, RELATIONS[holder["rel"]].unit, rng, mode)
                 if new is not None:
-                    out.append(Candidate("fuzz", path, new,
-                                         description=f"blur the number to {new['text']!r}"))
+                    out.append(
+                        Candidate(
+                            "fuzz", path, new, description=f"blur the number to {new['text']!r}"
+                        )
+                    )
         elif node["kind"] == "entity":
             rel = FUZZ_RELATION.get(node["type"])
             if rel is None:
                 continue
-            facts = [world.facts[i] for i in world.by_subject.get(node["id"], ())
-                     if world.facts[i].relation == rel]
+            facts = [
+                world.facts[i]
+                for i in world.by_subject.get(node["id"], ())
+                if world.facts[i].relation == rel
+            ]
             if not facts:
                 continue
             f = facts[int(rng.integers(len(facts)))]
             if isinstance(f.object, str) and f.object in seen:
                 continue
-            new = query_node(node["type"], [constraint(rel, "out", value_node(world, rel, f.object))])
-            out.append(Candidate("fuzz", path, new, fact=f, mention=f.mentions[0],
-                                 description=f"replace {node['name']!r} by what kind of {node['type']} it is"))
+            new = query_node(
+                node["type"], [constraint(rel, "out", value_node(world, rel, f.object))]
+            )
+            out.append(
+                Candidate(
+                    "fuzz",
+                    path,
+                    new,
+                    fact=f,
+                    mention=f.mentions[0],
+                    description=f"replace {node['name']!r} by what kind of {node['type']} it is",
+                )
+            )
     return out
 
 
-def facts_from_docs(docs: list[dict[str, Any]], entity_id: str, names: list[str],
-                    world: World) -> list[tuple[Fact, tuple[str, str]]]:
+def facts_from_docs(
+    docs: list[dict[str, Any]], entity_id: str, names: list[str], world: World
+) -> list[tuple[Fact, tuple[str, str]]]:
     """The world facts about an entity stated in retrieved docs, each with the sentence found."""
     found: list[tuple[Fact, tuple[str, str]]] = []
     seen: set[int] = set()
@@ -215,10 +252,18 @@ def facts_from_docs(docs: list[dict[str, Any]], entity_id: str, names: list[str]
     return found
 
 
-def inject_candidates(lf: Node, path: Path, docs: list[dict[str, Any]], world: World,
-                      index: FactIndex, answer_id: str, want_entity: bool,
-                      seen: AbstractSet[str] = frozenset(), used_facts: AbstractSet[int] = frozenset(),
-                      max_fits: int = 8) -> list[Candidate]:
+def inject_candidates(
+    lf: Node,
+    path: Path,
+    docs: list[dict[str, Any]],
+    world: World,
+    index: FactIndex,
+    answer_id: str,
+    want_entity: bool,
+    seen: AbstractSet[str] = frozenset(),
+    used_facts: AbstractSet[int] = frozenset(),
+    max_fits: int = 8,
+) -> list[Candidate]:
     """Descriptions of the entity at `path` built from facts the search returned.
 
     Facts about labels are left to fuzz; facts already used, and facts that would name the
@@ -244,14 +289,25 @@ def inject_candidates(lf: Node, path: Path, docs: list[dict[str, Any]], world: W
             continue
         if isinstance(other, str) and other in taken:
             continue
-        new = query_node(entity.type, [constraint(f.relation, direction, value_node(world, f.relation, other))])
+        new = query_node(
+            entity.type, [constraint(f.relation, direction, value_node(world, f.relation, other))]
+        )
         fits = len(index.evaluate(new))
         if fits > max_fits:
             continue
         # While more injections are due, a description must name a new entity to continue
         # from; a literal-only one ("a person born in 1907") leaves a searcher no anchor.
         score = fits + (100 if want_entity and not rel.is_entity else 0)
-        out.append(Candidate("inject", path, new, fact=f, mention=mention, score=score,
-                             description=f"replace {node['name']!r} using: {mention[1]}"))
+        out.append(
+            Candidate(
+                "inject",
+                path,
+                new,
+                fact=f,
+                mention=mention,
+                score=score,
+                description=f"replace {node['name']!r} using: {mention[1]}",
+            )
+        )
     out.sort(key=lambda c: c.score)
     return out

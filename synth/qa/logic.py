@@ -281,8 +281,12 @@ class FactIndex:
         if kind == "range":
             lo, hi = v["lo"], v["hi"]
             if within is not None and len(within) <= FEW:
-                return {s for s in within for o in self.objects.get((s, rel), ())
-                        if (lo is None or o >= lo) and (hi is None or o <= hi)}
+                return {
+                    s
+                    for s in within
+                    for o in self.objects.get((s, rel), ())
+                    if (lo is None or o >= lo) and (hi is None or o <= hi)
+                }
             return self._in_range(rel, lo, hi)
         if kind == "query" and not v["where"]:
             return self._linked(rel, c["dir"], v["type"])
@@ -303,7 +307,9 @@ def holds(node: Node, value: Any) -> bool:
         equal: bool = node["value"] == value
         return equal
     if node["kind"] == "range":
-        return (node["lo"] is None or value >= node["lo"]) and (node["hi"] is None or value <= node["hi"])
+        return (node["lo"] is None or value >= node["lo"]) and (
+            node["hi"] is None or value <= node["hi"]
+        )
     return False
 
 
@@ -369,7 +375,12 @@ def join_phrases(vps: list[str]) -> str:
             prev = merged[-1].split(" ")
             cur = vp.split(" ")
             # only short phrases merge: a long one may end in a clause the merge would extend
-            if 2 < len(prev) <= 4 and len(cur) > 2 and prev[:2] == cur[:2] and cur[2] in ("in", "by", "at"):
+            if (
+                2 < len(prev) <= 4
+                and len(cur) > 2
+                and prev[:2] == cur[:2]
+                and cur[2] in ("in", "by", "at")
+            ):
                 merged[-1] = f"{merged[-1]} {' '.join(cur[2:])}"
                 continue
         merged.append(vp)
@@ -426,4 +437,3 @@ def mentions(text: str, phrase: str) -> bool:
         return False
     low = text.lower()
     return phrase.lower() in low and _phrase_re(phrase).search(low) is not None
-

@@ -76,8 +76,10 @@ def read_seeds(path: str | Path) -> list[dict[str, Any]]:
     """Seed questions from a JSONL file of `{"question", "answer", "aliases"?}` objects."""
     p = Path(path).expanduser()
     if not p.is_file():
-        raise GemkitError(f"seed file {str(path)!r} does not exist; expected JSONL with "
-                          '{"question": ..., "answer": ...} per line')
+        raise GemkitError(
+            f"seed file {str(path)!r} does not exist; expected JSONL with "
+            '{"question": ..., "answer": ...} per line'
+        )
     seeds = []
     for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
@@ -86,8 +88,9 @@ def read_seeds(path: str | Path) -> list[dict[str, Any]]:
             obj = json.loads(line)
             q, a = str(obj["question"]).strip(), str(obj["answer"]).strip()
         except (json.JSONDecodeError, KeyError, TypeError):
-            raise GemkitError(f"{p}, line {n}: expected a JSON object with 'question' and "
-                              "'answer' strings") from None
+            raise GemkitError(
+                f"{p}, line {n}: expected a JSON object with 'question' and 'answer' strings"
+            ) from None
         if not q or not a:
             raise GemkitError(f"{p}, line {n}: 'question' and 'answer' must not be empty")
         seeds.append({"question": q, "answer": a, "aliases": list(obj.get("aliases") or [])})
@@ -142,8 +145,16 @@ class OutsideState(EditCounts):
 class OutsideAgent:
     """Grows and verifies questions on any corpus with a model, the search tool and the index."""
 
-    def __init__(self, search: SearchTool, access: AccessTool, client: Any, doc_text: Any,
-                 config: AgentConfig | None = None, *, max_solver_turns: int = 8):
+    def __init__(
+        self,
+        search: SearchTool,
+        access: AccessTool,
+        client: Any,
+        doc_text: Any,
+        config: AgentConfig | None = None,
+        *,
+        max_solver_turns: int = 8,
+    ):
         self.search = search
         self.access = access
         self.client = client
@@ -151,16 +162,35 @@ class OutsideAgent:
         self.config = config or AgentConfig()
         self.max_solver_turns = max_solver_turns
 
-    async def _json(self, system: str, user: str, temperature: float = 0.7) -> dict[str, Any] | None:
-        response = await self.client.chat([{"role": "system", "content": system},
-                                           {"role": "user", "content": user}],
-                                          temperature=temperature, max_tokens=400)
+    async def _json(
+        self, system: str, user: str, temperature: float = 0.7
+    ) -> dict[str, Any] | None:
+        response = await self.client.chat(
+            [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            temperature=temperature,
+            max_tokens=400,
+        )
         return parse_json(response.content)
 
-    def _reject(self, state: OutsideState, op: str, stage: str, reason: str, before: str = "",
-                after: str = "") -> None:
-        state.rejected.append({"op": op, "before": before, "after": after, "fact": None,
-                               "stage": stage, "reason": reason})
+    def _reject(
+        self,
+        state: OutsideState,
+        op: str,
+        stage: str,
+        reason: str,
+        before: str = "",
+        after: str = "",
+    ) -> None:
+        state.rejected.append(
+            {
+                "op": op,
+                "before": before,
+                "after": after,
+                "fact": None,
+                "stage": stage,
+                "reason": reason,
+            }
+        )
 
     # -- edits ----------------------------------------------------------------------------------
 
@@ -170,54 +200,81 @@ class OutsideAgent:
         pick = await self._json(PICK_SYSTEM, head)
         entity = str((pick or {}).get("entity") or "").strip()
         if not entity or entity not in state.question or mentions(entity, state.answer):
-            self._reject(state, "inject", "quality", f"no usable entity in the reply: {pick!r}"[:120])
+            self._reject(
+                state, "inject", "quality", f"no usable entity in the reply: {pick!r}"[:120]
+            )
             return False
         result = await self.search.call(SearchArgs(query=entity, topk=5))
         facts: list[tuple[str, str]] = []
         for d in result.metadata.get("docs") or []:
             for sentence in split_sentences(d.get("text") or ""):
-                if mentions(sentence, entity) and not any(mentions(sentence, a) for a in state.aliases):
+                if mentions(sentence, entity) and not any(
+                    mentions(sentence, a) for a in state.aliases
+                ):
                     facts.append((str(d["id"]), sentence))
         facts = facts[:8]
         if not facts:
-            self._reject(state, "inject", "quality", f"search found no fact about {entity!r}", entity)
+            self._reject(
+                state, "inject", "quality", f"search found no fact about {entity!r}", entity
+            )
             return False
         listing = "\n".join(f"{i}. {s}" for i, (_, s) in enumerate(facts, 1))
-        reply = await self._json(INJECT_SYSTEM, f"{head}\nEntity to replace: {entity}\nFacts:\n{listing}")
+        reply = await self._json(
+            INJECT_SYSTEM, f"{head}\nEntity to replace: {entity}\nFacts:\n{listing}"
+        )
         try:
             choice, question = int(reply["fact"]) - 1, str(reply["question"]).strip()  # type: ignore[index]
             doc_id, sentence = facts[choice]
         except (TypeError, KeyError, ValueError, IndexError):
-            self._reject(state, "inject", "quality", f"unusable model reply: {reply!r}"[:120], entity)
+            self._reject(
+                state, "inject", "quality", f"unusable model reply: {reply!r}"[:120], entity
+            )
             return False
         form = check_form(question, state.aliases, self.config.max_chars)
-        reason = form["reason"] or ("the rewrite still names the entity" if mentions(question, entity) else "")
+        reason = form["reason"] or (
+            "the rewrite still names the entity" if mentions(question, entity) else ""
+        )
         if reason:
             self._reject(state, "inject", "quality", reason, entity, question)
             return False
         after = changed_span(state.question, question)
         state.question = question
         state.support.append({"doc_id": doc_id, "text": sentence})
-        state.edits.append({"op": "inject", "before": entity, "after": after,
-                            "fact": {"doc_id": doc_id, "text": sentence}, "question": question})
+        state.edits.append(
+            {
+                "op": "inject",
+                "before": entity,
+                "after": after,
+                "fact": {"doc_id": doc_id, "text": sentence},
+                "question": question,
+            }
+        )
         return True
 
     async def fuzz(self, state: OutsideState) -> bool:
         """One fuzz: the model blurs a detail it quotes from the question."""
-        reply = await self._json(FUZZ_SYSTEM, f"Question: {state.question}\nAnswer (never reveal): {state.answer}")
+        reply = await self._json(
+            FUZZ_SYSTEM, f"Question: {state.question}\nAnswer (never reveal): {state.answer}"
+        )
         before = str((reply or {}).get("before") or "").strip()
         after = str((reply or {}).get("after") or "").strip()
         question = str((reply or {}).get("question") or "").strip()
         if not before or before not in state.question or not after or not question:
-            self._reject(state, "fuzz", "quality", f"unusable model reply: {reply!r}"[:120], before, after)
+            self._reject(
+                state, "fuzz", "quality", f"unusable model reply: {reply!r}"[:120], before, after
+            )
             return False
         form = check_form(question, state.aliases, self.config.max_chars)
-        reason = form["reason"] or ("the rewrite still states the detail" if mentions(question, before) else "")
+        reason = form["reason"] or (
+            "the rewrite still states the detail" if mentions(question, before) else ""
+        )
         if reason:
             self._reject(state, "fuzz", "quality", reason, before, after)
             return False
         state.question = question
-        state.edits.append({"op": "fuzz", "before": before, "after": after, "fact": None, "question": question})
+        state.edits.append(
+            {"op": "fuzz", "before": before, "after": after, "fact": None, "question": question}
+        )
         return True
 
     async def grow(self, state: OutsideState, rng: np.random.Generator) -> OutsideState:
@@ -241,11 +298,15 @@ class OutsideAgent:
         """The model with the search and access tools: its final answer and its tool calls."""
         tools = [self.search.openai_schema(), self.access.openai_schema()]
         by_name = {self.search.name: self.search, self.access.name: self.access}
-        messages: list[dict[str, Any]] = [{"role": "system", "content": SOLVER_SYSTEM},
-                                          {"role": "user", "content": question}]
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": SOLVER_SYSTEM},
+            {"role": "user", "content": question},
+        ]
         calls = 0
         for _ in range(self.max_solver_turns):
-            response = await self.client.chat(messages, tools=tools, temperature=0.0, max_tokens=400)
+            response = await self.client.chat(
+                messages, tools=tools, temperature=0.0, max_tokens=400
+            )
             if not response.tool_calls:
                 return response.content.strip() or None, calls
             messages.append(response.message.to_dict(include_reasoning=False))
@@ -267,13 +328,22 @@ class OutsideAgent:
         """The four stages for an outside-corpus question (see the module docstring)."""
         facts = "\n".join(f"- {s['text']}" for s in state.support)
         quality = check_form(state.question, state.aliases, self.config.max_chars)
-        ungrounded = [s["doc_id"] for s in state.support
-                      if s["text"] not in (self.doc_text(s["doc_id"]) or "")]
-        follows = await self._json(FOLLOWS_SYSTEM, f"Facts:\n{facts}\nQuestion: {state.question}\n"
-                                                   f"Proposed answer: {state.answer}", 0.0)
+        ungrounded = [
+            s["doc_id"]
+            for s in state.support
+            if s["text"] not in (self.doc_text(s["doc_id"]) or "")
+        ]
+        follows = await self._json(
+            FOLLOWS_SYSTEM,
+            f"Facts:\n{facts}\nQuestion: {state.question}\nProposed answer: {state.answer}",
+            0.0,
+        )
         follows_ok = bool((follows or {}).get("follows"))
-        quality.update(grounded=f"{len(state.support) - len(ungrounded)}/{len(state.support)}",
-                       ungrounded=ungrounded, answer_follows=follows_ok)
+        quality.update(
+            grounded=f"{len(state.support) - len(ungrounded)}/{len(state.support)}",
+            ungrounded=ungrounded,
+            answer_follows=follows_ok,
+        )
         if ungrounded and not quality["reason"]:
             quality["reason"] = f"supporting fact not found in doc {ungrounded[0]}"
         if not follows_ok and not quality["reason"]:
@@ -282,35 +352,70 @@ class OutsideAgent:
 
         samples = []
         for _ in range(self.config.closed_book_samples):
-            r = await self.client.chat([{"role": "system", "content": CLOSED_SYSTEM},
-                                        {"role": "user", "content": state.question}],
-                                       temperature=1.0, max_tokens=60)
+            r = await self.client.chat(
+                [
+                    {"role": "system", "content": CLOSED_SYSTEM},
+                    {"role": "user", "content": state.question},
+                ],
+                temperature=1.0,
+                max_tokens=60,
+            )
             samples.append(r.content.strip())
         correct = sum(grade(s, [state.answer, *state.aliases]) for s in samples)
         found, tool_calls = await self.solve(state.question)
         success = found is not None and grade(found, [state.answer, *state.aliases])
-        difficulty = {"passed": correct == 0 and success, "closed_book_correct": correct,
-                      "closed_book_tries": len(samples), "llm_closed_book": {"samples": samples},
-                      "tool_solver_success": success, "tool_calls": tool_calls,
-                      "reason": "the model answered it without tools" if correct else
-                      ("" if success else "the model with search did not find it")}
+        difficulty = {
+            "passed": correct == 0 and success,
+            "closed_book_correct": correct,
+            "closed_book_tries": len(samples),
+            "llm_closed_book": {"samples": samples},
+            "tool_solver_success": success,
+            "tool_calls": tool_calls,
+            "reason": "the model answered it without tools"
+            if correct
+            else ("" if success else "the model with search did not find it"),
+        }
 
-        wrong = sorted({s for s in [*samples, found or ""]
-                        if s and not grade(s, [state.answer, *state.aliases])})
+        wrong = sorted(
+            {
+                s
+                for s in [*samples, found or ""]
+                if s and not grade(s, [state.answer, *state.aliases])
+            }
+        )
         fitting = []
         for candidate in wrong:
-            verdict = await self._json(FITS_SYSTEM, f"Facts:\n{facts}\nQuestion: {state.question}\n"
-                                                    f"Known answer: {state.answer}\nCandidate: {candidate}", 0.0)
+            verdict = await self._json(
+                FITS_SYSTEM,
+                f"Facts:\n{facts}\nQuestion: {state.question}\n"
+                f"Known answer: {state.answer}\nCandidate: {candidate}",
+                0.0,
+            )
             if (verdict or {}).get("fits"):
                 fitting.append(candidate)
-        uniqueness = {"passed": not fitting, "candidates": 1 + len(fitting), "checked": wrong,
-                      "also_fit": fitting, "reason": f"{fitting[0]!r} also fits" if fitting else ""}
+        uniqueness = {
+            "passed": not fitting,
+            "candidates": 1 + len(fitting),
+            "checked": wrong,
+            "also_fit": fitting,
+            "reason": f"{fitting[0]!r} also fits" if fitting else "",
+        }
         # No fact store to evaluate shallower sub-questions over: what can be checked is that
         # the model with tools needed a call per hop (each injection is one hop to look up).
         hops = max(1, state.n_inject)
         short = tool_calls >= hops
-        shortcut = {"passed": short, "hops": hops, "min_tool_calls": tool_calls,
-                    "reason": "" if short else f"the model with search needed {tool_calls} "
-                                               f"call{'s' * (tool_calls != 1)} for {hops} hops"}
-        return {"quality": quality, "difficulty": difficulty, "uniqueness": uniqueness,
-                "shortcut": shortcut}
+        shortcut = {
+            "passed": short,
+            "hops": hops,
+            "min_tool_calls": tool_calls,
+            "reason": ""
+            if short
+            else f"the model with search needed {tool_calls} "
+            f"call{'s' * (tool_calls != 1)} for {hops} hops",
+        }
+        return {
+            "quality": quality,
+            "difficulty": difficulty,
+            "uniqueness": uniqueness,
+            "shortcut": shortcut,
+        }

@@ -88,7 +88,9 @@ def data_report(
         f"more_than_{MAX_CLAUSES}_relative_clauses_in_a_sentence": sum(
             clause_depth(q) > MAX_CLAUSES for q in questions
         ),
-        "relative_clauses_per_sentence": dict(sorted(Counter(map(clause_depth, questions)).items())),
+        "relative_clauses_per_sentence": dict(
+            sorted(Counter(map(clause_depth, questions)).items())
+        ),
         "doubled_words": sum(bool(_DOUBLED.search(q)) for q in questions),
         "where_inside_where": sum(q.count(" where ") > 1 for q in questions),
         "distinct_answers": len(answers),

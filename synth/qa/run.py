@@ -160,8 +160,10 @@ class RunStats:
 
     def summary(self) -> dict[str, Any]:
         """Means and rates for tables and benchmarks."""
+
         def mean(xs: list[int]) -> float:
             return float(np.mean(xs)) if xs else 0.0
+
         return {
             "kept": self.kept,
             "items": self.items,
@@ -174,7 +176,8 @@ class RunStats:
             "mean_fuzz": round(mean(self.n_fuzz), 3),
             "mean_tool_calls": round(mean(self.tool_calls), 2),
             "closed_book_accuracy": round(self.closed_book_correct / self.closed_book_tries, 4)
-            if self.closed_book_tries else 0.0,
+            if self.closed_book_tries
+            else 0.0,
             "clauses_checked": self.clauses_checked,
             "idle_clauses": self.idle_clauses,
             "vacuous_blurs": self.vacuous_blurs,
@@ -212,8 +215,9 @@ class InlineBackend:
 class Synthesizer:
     """Makes the record of work item k: seed, edits, verification (one per process)."""
 
-    def __init__(self, world: World | None, corpus: Path, config: RunConfig,
-                 index_dir: Path | None = None):
+    def __init__(
+        self, world: World | None, corpus: Path, config: RunConfig, index_dir: Path | None = None
+    ):
         from gemkit.search.index import SearchIndex
         from gemkit.tools.search import AccessTool, SearchTool
 
@@ -223,8 +227,11 @@ class Synthesizer:
         self.index = SearchIndex.open(corpus, cache_dir=index_dir)
         self.search = SearchTool(backend=InlineBackend(self.index))
         self.access = AccessTool(backend=self.search.backend)
-        self.agent_config = AgentConfig(min_inject=config.min_inject, min_fuzz=config.min_fuzz,
-                                        closed_book_samples=config.closed_book_samples)
+        self.agent_config = AgentConfig(
+            min_inject=config.min_inject,
+            min_fuzz=config.min_fuzz,
+            closed_book_samples=config.closed_book_samples,
+        )
         self.seeds: list[dict[str, Any]] | None = None
         if config.seeds:
             from gemkit.synth.qa.outside import read_seeds
@@ -234,8 +241,9 @@ class Synthesizer:
             assert world is not None
             self.facts = FactIndex.of_world(world)
             self.closed_book = ClosedBook(world, samples=config.closed_book_samples)
-            self.solver = ToolSolver(self.search, self.access,
-                                     max_calls=self.agent_config.solver_max_calls)
+            self.solver = ToolSolver(
+                self.search, self.access, max_calls=self.agent_config.solver_max_calls
+            )
         self.agent = self._make_agent()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -244,15 +252,25 @@ class Synthesizer:
             from gemkit.llm import LLMClient
             from gemkit.synth.qa.outside import OutsideAgent
 
-            client = LLMClient(base_url=self.config.llm_url, model=self.config.model, max_retries=3,
-                               timeout=self.config.timeout)
+            client = LLMClient(
+                base_url=self.config.llm_url,
+                model=self.config.model,
+                max_retries=3,
+                timeout=self.config.timeout,
+            )
             return OutsideAgent(self.search, self.access, client, self.doc_text, self.agent_config)
         assert self.world is not None  # a run without outside seeds has its world
         if self.config.llm_url:
             from gemkit.synth.qa.llm import LLMAgent
 
-            return LLMAgent(self.world, self.search, self.config.llm_url, self.config.model,
-                            self.agent_config, timeout=self.config.timeout)
+            return LLMAgent(
+                self.world,
+                self.search,
+                self.config.llm_url,
+                self.config.model,
+                self.agent_config,
+                timeout=self.config.timeout,
+            )
         return RuleAgent(self.world, self.search, self.agent_config)
 
     def doc_text(self, doc_id: str) -> str | None:
@@ -277,15 +295,27 @@ class Synthesizer:
         assert self.world is not None  # a run without outside seeds has its world
         state = make_seed(self.world, self.facts, rng)
         if state is None:
-            return {"id": rid, "k": k, "rejected_stage": "seed", "reason": "no unique seed question"}
+            return {
+                "id": rid,
+                "k": k,
+                "rejected_stage": "seed",
+                "reason": "no unique seed question",
+            }
         await self.agent.grow(state, rng)
         if state.n_inject < self.config.min_inject or state.n_fuzz < self.config.min_fuzz:
-            return self._rejection(rid, k, state, "edits",
-                                   f"only {state.n_inject} injections and {state.n_fuzz} fuzzes passed")
+            return self._rejection(
+                rid,
+                k,
+                state,
+                "edits",
+                f"only {state.n_inject} injections and {state.n_fuzz} fuzzes passed",
+            )
         verification = await self.verify(state, rng)
         for stage in VERIFY_STAGES:
             if not verification[stage]["passed"]:
-                return self._rejection(rid, k, state, stage, verification[stage]["reason"], verification)
+                return self._rejection(
+                    rid, k, state, stage, verification[stage]["reason"], verification
+                )
         return self.record(rid, k, state, verification)
 
     async def _amake_outside(self, k: int, rid: str, rng: np.random.Generator) -> dict[str, Any]:
@@ -294,16 +324,27 @@ class Synthesizer:
         assert self.seeds is not None
         seed = self.seeds[k % len(self.seeds)]
         aliases = [seed["answer"], *seed["aliases"]]
-        state = OutsideState(seed["question"], seed["answer"], aliases,
-                             {"question": seed["question"], "answer": seed["answer"]})
+        state = OutsideState(
+            seed["question"],
+            seed["answer"],
+            aliases,
+            {"question": seed["question"], "answer": seed["answer"]},
+        )
         await self.agent.grow(state, rng)
         if state.n_inject < self.config.min_inject or state.n_fuzz < self.config.min_fuzz:
-            return self._rejection(rid, k, state, "edits",
-                                   f"only {state.n_inject} injections and {state.n_fuzz} fuzzes passed")
+            return self._rejection(
+                rid,
+                k,
+                state,
+                "edits",
+                f"only {state.n_inject} injections and {state.n_fuzz} fuzzes passed",
+            )
         verification = await self.agent.verify(state)
         for stage in VERIFY_STAGES:
             if not verification[stage]["passed"]:
-                return self._rejection(rid, k, state, stage, verification[stage]["reason"], verification)
+                return self._rejection(
+                    rid, k, state, stage, verification[stage]["reason"], verification
+                )
         return self.record(rid, k, state, verification)
 
     async def verify(self, state: QAState, rng: np.random.Generator) -> dict[str, Any]:
@@ -339,8 +380,10 @@ class Synthesizer:
             answer=state.answer,
             answer_aliases=[a for a in state.aliases if a != state.answer],
             supporting_facts=[{"doc_id": s["doc_id"], "text": s["text"]} for s in state.support],
-            edits=[{"op": e["op"], "before": e["before"], "after": e["after"], "fact": e["fact"]}
-                   for e in state.edits],
+            edits=[
+                {"op": e["op"], "before": e["before"], "after": e["after"], "fact": e["fact"]}
+                for e in state.edits
+            ],
             n_inject=state.n_inject,
             n_fuzz=state.n_fuzz,
             verification=verification,
@@ -354,12 +397,26 @@ class Synthesizer:
         ).to_json()
 
     @staticmethod
-    def _rejection(rid: str, k: int, state: Any, stage: str, reason: str,
-                   verification: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {"id": rid, "k": k, "rejected_stage": stage, "reason": reason,
-                "question": state.question, "answer": state.answer, "n_inject": state.n_inject,
-                "n_fuzz": state.n_fuzz, "rejected_edits": state.rejected,
-                "verification": verification}
+    def _rejection(
+        rid: str,
+        k: int,
+        state: Any,
+        stage: str,
+        reason: str,
+        verification: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "id": rid,
+            "k": k,
+            "rejected_stage": stage,
+            "reason": reason,
+            "question": state.question,
+            "answer": state.answer,
+            "n_inject": state.n_inject,
+            "n_fuzz": state.n_fuzz,
+            "rejected_edits": state.rejected,
+            "verification": verification,
+        }
 
 
 # -- worker processes ---------------------------------------------------------------------------
@@ -423,8 +480,12 @@ def open_store(out: Path, config: RunConfig, max_failures: int = MAX_FAILURES) -
         "synth qa",
         config.identity(),
         [QA, REJECTED, FAILED],
-        info={"n": config.n, "max_items_factor": config.max_items_factor, "llm_url": config.llm_url,
-              "timeout": config.timeout},
+        info={
+            "n": config.n,
+            "max_items_factor": config.max_items_factor,
+            "llm_url": config.llm_url,
+            "timeout": config.timeout,
+        },
         failures=FAILED_FILE,
         max_failures=max_failures,
     )
@@ -461,25 +522,39 @@ def _prepare(store: RunStore, config: RunConfig) -> tuple[World | None, Path]:
 def check_config(config: RunConfig) -> None:
     """Refuse settings that cannot work together, saying what to pass instead."""
     if (config.corpus or config.seeds) and not config.llm_url:
-        raise GemkitError("--corpus and --seeds need a model: add --llm URL --model NAME "
-                          "(the offline agent works on the procedural world only)")
+        raise GemkitError(
+            "--corpus and --seeds need a model: add --llm URL --model NAME "
+            "(the offline agent works on the procedural world only)"
+        )
     if config.corpus and not config.seeds:
-        raise GemkitError("--corpus needs --seeds FILE: a JSONL of {\"question\", \"answer\"} seed "
-                          "questions about that corpus")
+        raise GemkitError(
+            '--corpus needs --seeds FILE: a JSONL of {"question", "answer"} seed '
+            "questions about that corpus"
+        )
     if config.corpus and not Path(config.corpus).expanduser().is_file():
-        raise GemkitError(f"corpus {config.corpus!r} does not exist; expected a JSONL file with one "
-                          '{"id", "title", "text", "url"} object per line')
+        raise GemkitError(
+            f"corpus {config.corpus!r} does not exist; expected a JSONL file with one "
+            '{"id", "title", "text", "url"} object per line'
+        )
     if config.seeds:
         from gemkit.synth.qa.outside import read_seeds
 
         read_seeds(config.seeds)
 
 
-def run(out: str | os.PathLike[str], config: RunConfig, *, workers: int = 1,
-        on_item: Callable[[dict[str, Any], RunStats], None] | None = None,
-        export: bool = True, executor: str = "process", ray_address: str | None = None,
-        on_start: Callable[[RunStats], None] | None = None,
-        max_failures: int = MAX_FAILURES, test_fraction: float = TEST_FRACTION) -> RunStats:
+def run(
+    out: str | os.PathLike[str],
+    config: RunConfig,
+    *,
+    workers: int = 1,
+    on_item: Callable[[dict[str, Any], RunStats], None] | None = None,
+    export: bool = True,
+    executor: str = "process",
+    ray_address: str | None = None,
+    on_start: Callable[[RunStats], None] | None = None,
+    max_failures: int = MAX_FAILURES,
+    test_fraction: float = TEST_FRACTION,
+) -> RunStats:
     """Make records until `config.n` are kept; resume from what `out` already holds.
 
     A folder made with other settings, or in use by another run, is refused before anything
@@ -494,18 +569,34 @@ def run(out: str | os.PathLike[str], config: RunConfig, *, workers: int = 1,
     out = Path(out)
     with open_store(out, config, max_failures) as store:
         try:
-            return _run(store, config, workers, on_item, export, executor, ray_address, on_start,
-                        test_fraction)
+            return _run(
+                store,
+                config,
+                workers,
+                on_item,
+                export,
+                executor,
+                ray_address,
+                on_start,
+                test_fraction,
+            )
         except Exception as e:
             if is_storage_error(e):
                 raise storage_error(e, out) from None
             raise
 
 
-def _run(store: RunStore, config: RunConfig, workers: int,
-         on_item: Callable[[dict[str, Any], RunStats], None] | None, export: bool, executor: str,
-         ray_address: str | None, on_start: Callable[[RunStats], None] | None,
-         test_fraction: float = TEST_FRACTION) -> RunStats:
+def _run(
+    store: RunStore,
+    config: RunConfig,
+    workers: int,
+    on_item: Callable[[dict[str, Any], RunStats], None] | None,
+    export: bool,
+    executor: str,
+    ray_address: str | None,
+    on_start: Callable[[RunStats], None] | None,
+    test_fraction: float = TEST_FRACTION,
+) -> RunStats:
     import time
 
     start = time.perf_counter()
@@ -558,14 +649,25 @@ def _unless_asked(outcome: dict[str, Any], asked: dict[str, str]) -> dict[str, A
     a split."""
     key = normalized(outcome["question"])
     if key in asked:
-        return {**outcome, "rejected_stage": "duplicate",
-                "reason": f"the same question as record {asked[key]}"}
+        return {
+            **outcome,
+            "rejected_stage": "duplicate",
+            "reason": f"the same question as record {asked[key]}",
+        }
     asked[key] = outcome["id"]
     return outcome
 
 
-def _outcomes(todo: Iterator[int], world: World | None, corpus: Path, config: RunConfig, index_dir: Path,
-              workers: int, stats: RunStats, n: int) -> Iterator[dict[str, Any]]:
+def _outcomes(
+    todo: Iterator[int],
+    world: World | None,
+    corpus: Path,
+    config: RunConfig,
+    index_dir: Path,
+    workers: int,
+    stats: RunStats,
+    n: int,
+) -> Iterator[dict[str, Any]]:
     """Outcomes in k order (so the kept set does not depend on the number of workers)."""
     if workers <= 1:
         _init_worker(world, str(corpus), config, str(index_dir))
@@ -596,14 +698,22 @@ def _outcomes(todo: Iterator[int], world: World | None, corpus: Path, config: Ru
                     break
 
 
-def _ray_outcomes(todo: Iterator[int], corpus: Path, config: RunConfig, index_dir: Path,
-                  workers: int, stats: RunStats, address: str | None) -> Iterator[dict[str, Any]]:
+def _ray_outcomes(
+    todo: Iterator[int],
+    corpus: Path,
+    config: RunConfig,
+    index_dir: Path,
+    workers: int,
+    stats: RunStats,
+    address: str | None,
+) -> Iterator[dict[str, Any]]:
     """Outcomes in k order from Ray tasks; each Ray worker builds its world once."""
     from gemkit.executor import get_executor
 
     init = (None, str(corpus), config, str(index_dir))
-    with get_executor("ray", workers, initializer=_init_worker, initargs=init,
-                      address=address) as ex:
+    with get_executor(
+        "ray", workers, initializer=_init_worker, initargs=init, address=address
+    ) as ex:
         for outcome in ex.map(_work, todo):
             yield outcome
             if stats.kept >= config.n:

@@ -31,8 +31,10 @@ from gemkit.synth.world.schema import (
 from gemkit.synth.world.world import URL_ROOT, World, slug, split_sentences
 from gemkit.tools.search import AccessArgs, AccessTool, SearchArgs, SearchTool
 
-_STOP = frozenset("a an and the of in on at by to which what who was is were for with that than "
-                  "more less fewer between".split())
+_STOP = frozenset(
+    "a an and the of in on at by to which what who was is were for with that than "
+    "more less fewer between".split()
+)
 
 
 def norm(name: str) -> str:
@@ -44,12 +46,16 @@ def norm(name: str) -> str:
 # -- reading sentences --------------------------------------------------------------------------
 
 
-def _pattern(template: str, obj: str, nouns: tuple[str, ...], labels: tuple[str, ...]) -> re.Pattern[str]:
+def _pattern(
+    template: str, obj: str, nouns: tuple[str, ...], labels: tuple[str, ...]
+) -> re.Pattern[str]:
     rx = re.escape(template)
     rx = rx.replace(re.escape("{S}"), r"(?P<S>(?:the )?[A-Z].*?)")
     rx = rx.replace(re.escape("{aN}"), r"an? (?:" + "|".join(nouns) + ")")
     rx = rx.replace(re.escape("{aO}"), r"an? (?P<O>" + "|".join(map(re.escape, labels)) + ")")
-    obj_rx = {YEAR: r"(?P<O>\d{4})", NUMBER: r"(?P<O>\d[\d,]*)"}.get(obj, r"(?P<O>(?:the )?[A-Z].*?)")
+    obj_rx = {YEAR: r"(?P<O>\d{4})", NUMBER: r"(?P<O>\d[\d,]*)"}.get(
+        obj, r"(?P<O>(?:the )?[A-Z].*?)"
+    )
     rx = rx.replace(re.escape("{O}"), obj_rx)
     return re.compile(rx + r"$")
 
@@ -132,8 +138,15 @@ class SolveResult:
 class ToolSolver:
     """A scripted search agent over a corpus, driven by a logical form (see module docstring)."""
 
-    def __init__(self, search: SearchTool, access: AccessTool, *, max_calls: int = 120, fanout: int = 30,
-                 url_root: str | None = URL_ROOT):
+    def __init__(
+        self,
+        search: SearchTool,
+        access: AccessTool,
+        *,
+        max_calls: int = 120,
+        fanout: int = 30,
+        url_root: str | None = URL_ROOT,
+    ):
         self.search = search
         self.access = access
         self.url_root = url_root
@@ -174,13 +187,17 @@ class ToolSolver:
             return self._articles[key]
         doc = None
         if type_hint and self.url_root:
-            result = await self._call(self.access, AccessArgs(url=f"{self.url_root}/{type_hint}/{slug(name)}"))
+            result = await self._call(
+                self.access, AccessArgs(url=f"{self.url_root}/{type_hint}/{slug(name)}")
+            )
             doc = result.metadata.get("doc")
         if doc is None or norm(doc.get("title") or "") != key:
             doc = None
             for d in await self._search(search_key(name), 3):
                 if norm(d.get("title") or "") == key:
-                    result = await self._call(self.access, AccessArgs(url=str(d.get("url") or d["id"])))
+                    result = await self._call(
+                        self.access, AccessArgs(url=str(d.get("url") or d["id"]))
+                    )
                     doc = result.metadata.get("doc")
                     break
         art = None
@@ -201,8 +218,10 @@ class ToolSolver:
         options: list[tuple[set[str], bool]] = []
         # Cheapest first: a named entity costs one page read; nested descriptions cost more,
         # the deeper they go. The first complete answer set ends the exploration.
-        ranked = sorted((c for c in q["where"] if c["value"]["kind"] in ("entity", "query")),
-                        key=lambda c: depth(c["value"]))
+        ranked = sorted(
+            (c for c in q["where"] if c["value"]["kind"] in ("entity", "query")),
+            key=lambda c: depth(c["value"]),
+        )
         for c in ranked:
             v = c["value"]
             if v["kind"] == "entity":
@@ -258,8 +277,13 @@ class ToolSolver:
                 continue
             if v["kind"] == "literal":
                 queries.append(format_number(v["value"]) if rel.obj == NUMBER else str(v["value"]))
-            elif v["kind"] == "range" and rel.obj == YEAR and v["lo"] is not None and v["hi"] is not None \
-                    and v["hi"] - v["lo"] <= 9:
+            elif (
+                v["kind"] == "range"
+                and rel.obj == YEAR
+                and v["lo"] is not None
+                and v["hi"] is not None
+                and v["hi"] - v["lo"] <= 9
+            ):
                 queries += [str(y) for y in range(v["lo"], v["hi"] + 1)]
         if not queries:
             return None
@@ -291,7 +315,9 @@ class ToolSolver:
         if c["dir"] == "out":
             values = [o for r, s, o in art.triples if r == rel and norm(s) == name]
         else:
-            values = [s for r, s, o in art.triples if r == rel and isinstance(o, str) and norm(o) == name]
+            values = [
+                s for r, s, o in art.triples if r == rel and isinstance(o, str) and norm(o) == name
+            ]
         if v["kind"] in ("literal", "range"):
             return any(holds(v, o) for o in values)
         if v["kind"] == "entity":
@@ -329,7 +355,9 @@ class ClosedBook:
             self._weights[t] = w / w.sum()
         self._name_tokens = {e.id: _tokens(e.name) for e in world.entities.values()}
 
-    def guesses(self, question: str, answer_type: str, rng: np.random.Generator) -> dict[str, list[str]]:
+    def guesses(
+        self, question: str, answer_type: str, rng: np.random.Generator
+    ) -> dict[str, list[str]]:
         """Each baseline's guesses (entity names) for the question."""
         pool = self._by_type.get(answer_type, [])
         if not pool:
@@ -340,7 +368,12 @@ class ClosedBook:
             overlap = len(self._name_tokens[e] & q)
             if overlap > best_overlap:
                 best, best_overlap = e, overlap
-        picks = rng.choice(len(pool), size=min(self.samples, len(pool)), replace=False, p=self._weights[answer_type])
+        picks = rng.choice(
+            len(pool),
+            size=min(self.samples, len(pool)),
+            replace=False,
+            p=self._weights[answer_type],
+        )
         name = self.world.entities
         return {
             "popular": [name[pool[0]].name],

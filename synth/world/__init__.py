@@ -1,8 +1,8 @@
 """A procedural world: a seeded fictional encyclopedia of entities, facts and articles.
 
-    world = build_world(size=10_000, seed=0)
-    world.write_corpus("corpus.jsonl")      # {id, title, text, url} per line
-    world.facts[0].mentions                 # [(doc_id, sentence), ...] stating the fact
+world = build_world(size=10_000, seed=0)
+world.write_corpus("corpus.jsonl")      # {id, title, text, url} per line
+world.facts[0].mentions                 # [(doc_id, sentence), ...] stating the fact
 """
 
 from gemkit.synth.world.generate import MIN_SIZE, build_world

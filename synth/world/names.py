@@ -7,9 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-ONSETS = (
-    "b br c cr d dr f fl g gr h j k kl l m n p pr r s st t tr v z th sh ch".split()
-)
+ONSETS = "b br c cr d dr f fl g gr h j k kl l m n p pr r s st t tr v z th sh ch".split()
 VOWELS = "a e i o u a e o ai ei ou ae ia".split()
 CODAS = ("", "", "", "n", "r", "l", "s", "th", "m", "nd", "rn", "x", "sk", "v")
 #: suffixes that give a place name its flavour

@@ -80,8 +80,14 @@ def slug(name: str) -> str:
 class World:
     """Entities, facts and the rendered corpus, with the lookups the QA agent needs."""
 
-    def __init__(self, entities: list[Entity], triples: Iterable[tuple[str, str, Value]],
-                 *, seed: int = 0, intros: dict[str, str] | None = None):
+    def __init__(
+        self,
+        entities: list[Entity],
+        triples: Iterable[tuple[str, str, Value]],
+        *,
+        seed: int = 0,
+        intros: dict[str, str] | None = None,
+    ):
         self.seed = seed
         self.entities = {e.id: e for e in entities}
         self.by_type: dict[str, list[str]] = defaultdict(list)
@@ -136,8 +142,9 @@ class World:
         if "{aO}" in template:
             text = template.format(S=subj.ref, aO=with_article(str(fact.object)))
         elif "{aN}" in template:
-            text = template.format(S=subj.ref, O=self.render_value(fact.relation, fact.object),
-                                   aN=_A_NOUN[subj.type])
+            text = template.format(
+                S=subj.ref, O=self.render_value(fact.relation, fact.object), aN=_A_NOUN[subj.type]
+            )
         else:
             text = template.format(S=subj.ref, O=self.render_value(fact.relation, fact.object))
         return text[:1].upper() + text[1:]
@@ -160,12 +167,14 @@ class World:
             paragraphs = [" ".join(lead)]
             if mentioned[e.id]:
                 paragraphs.append(" ".join(mentioned[e.id]))
-            docs.append({
-                "id": e.id,
-                "title": e.name,
-                "text": "\n\n".join(p for p in paragraphs if p),
-                "url": f"{URL_ROOT}/{e.type}/{slug(e.name)}",
-            })
+            docs.append(
+                {
+                    "id": e.id,
+                    "title": e.name,
+                    "text": "\n\n".join(p for p in paragraphs if p),
+                    "url": f"{URL_ROOT}/{e.type}/{slug(e.name)}",
+                }
+            )
         return docs
 
     # -- lookups ---------------------------------------------------------------------------------
@@ -181,8 +190,11 @@ class World:
 
     def objects(self, subject: str, relation: str) -> list[Value]:
         """Objects of `(subject, relation, ?)`."""
-        return [self.facts[i].object for i in self.by_subject.get(subject, ())
-                if self.facts[i].relation == relation]
+        return [
+            self.facts[i].object
+            for i in self.by_subject.get(subject, ())
+            if self.facts[i].relation == relation
+        ]
 
     def facts_in(self, doc_id: str, sentence: str) -> list[Fact]:
         """The facts a sentence of a doc states (none for a sentence the world did not write)."""

@@ -109,9 +109,10 @@ def test_seeding_is_lazy_but_draws_exactly_what_gymnasium_would():
     env.reset(seed=7)
     assert env._rng is None  # nothing drawn yet: no generator built
     expected, expected_seed = seeding.np_random(7)
-    assert env.np_random.integers(1 << 30, size=5).tolist() == expected.integers(
-        1 << 30, size=5
-    ).tolist()
+    assert (
+        env.np_random.integers(1 << 30, size=5).tolist()
+        == expected.integers(1 << 30, size=5).tolist()
+    )
     assert env.np_random_seed == expected_seed == 7
     env.reset()  # no seed: the stream goes on, as in gymnasium
     assert env.np_random.integers(1 << 30) == expected.integers(1 << 30)

@@ -72,7 +72,7 @@ def test_entry_point_plugin_from_an_installed_package(tmp_path):
     (pkg / "gemkit_plugin_demo").mkdir(parents=True)
     (pkg / "gemkit_plugin_demo" / "__init__.py").write_text(
         textwrap.dedent(
-            '''
+            """
             from gemkit import register
             from gemkit.core import Env
 
@@ -86,7 +86,7 @@ def test_entry_point_plugin_from_an_installed_package(tmp_path):
 
             def register_envs():
                 register("plugin:Echo-v0", Echo, description="Echoes the action.")
-            '''
+            """
         )
     )
     (pkg / "pyproject.toml").write_text(
@@ -107,8 +107,18 @@ def test_entry_point_plugin_from_an_installed_package(tmp_path):
     )
     target = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--target", str(target), str(pkg)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(pkg),
+        ],
         check=True,
         capture_output=True,
     )

@@ -109,7 +109,9 @@ def test_eval_against_recorded_replies_runs_or_answers_every_reply(tmp_path, nam
         summaries = [b for b in bodies if b["messages"][-1]["content"] == SUMMARY_PROMPT]
         assert summaries and all(1 <= b["max_tokens"] < 1024 for b in summaries)
         counter = HeuristicTokenCounter()  # the replay server has no /tokenize
-        assert all(counter.count_messages(b["messages"]) + b["max_tokens"] <= 600 for b in summaries)
+        assert all(
+            counter.count_messages(b["messages"]) + b["max_tokens"] <= 600 for b in summaries
+        )
         assert all(sum(r["tokens"].values()) > 0 for r in episodes)
 
 

@@ -272,8 +272,9 @@ def test_a_full_disk_keeps_every_record_whole_and_says_how_to_resume(tiny_fs):
     with store(run) as s, pytest.raises(RunStoreError) as e:
         for k in range(10_000):
             s.append("results.jsonl", {"k": k, "pad": "p" * 500})
-    assert "No space left on device; free some space, then run the same command with --resume" in str(
-        e.value
+    assert (
+        "No space left on device; free some space, then run the same command with --resume"
+        in str(e.value)
     )
     data = (run / "results.jsonl").read_bytes()
     assert data.endswith(b"\n"), "a short write was rolled back: no half line"

@@ -141,7 +141,9 @@ def test_a_model_whose_text_drifts_from_the_form_gets_no_record_kept(tmp_path):
     rejected = [json.loads(x) for x in (tmp_path / "rejected.jsonl").read_text().splitlines()]
     reasons = [e["reason"] for r in rejected for e in r.get("rejected_edits", ())]
     assert any("text and logical form disagree: the question asks for city" in x for x in reasons)
-    drifted = [e for r in rejected for e in r.get("rejected_edits", ()) if "disagree" in e["reason"]]
+    drifted = [
+        e for r in rejected for e in r.get("rejected_edits", ()) if "disagree" in e["reason"]
+    ]
     assert all(e["question"].startswith("In which city did Pouharn Propim") for e in drifted)
 
 

@@ -21,12 +21,24 @@ from gemkit.synth.qa.logic import (
 )
 from gemkit.synth.world.schema import with_article
 
-TYPES = {"c1": "company", "c2": "company", "p1": "person", "p2": "person", "u1": "university",
-         "x1": "city"}
+TYPES = {
+    "c1": "company",
+    "c2": "company",
+    "p1": "person",
+    "p2": "person",
+    "u1": "university",
+    "x1": "city",
+}
 TRIPLES = [
-    ("c1", "founded", 1934), ("c1", "founded_by", "p1"), ("c1", "industry", "shipping"),
-    ("c2", "founded", 1936), ("c2", "founded_by", "p2"), ("c2", "industry", "shipping"),
-    ("u1", "founded_by", "p1"), ("p1", "born_in", "x1"), ("p2", "born_in", "x1"),
+    ("c1", "founded", 1934),
+    ("c1", "founded_by", "p1"),
+    ("c1", "industry", "shipping"),
+    ("c2", "founded", 1936),
+    ("c2", "founded_by", "p2"),
+    ("c2", "industry", "shipping"),
+    ("u1", "founded_by", "p1"),
+    ("p1", "born_in", "x1"),
+    ("p2", "born_in", "x1"),
 ]
 REFS = {"u1": "the Kelvar Institute", "p1": "Arlen Voss", "x1": "Dravon"}
 
@@ -37,7 +49,10 @@ def index():
 
 
 def founder_of_kelvar():
-    return query_node("person", [constraint("founded_by", "in", entity_node("u1", "Kelvar Institute", "university"))])
+    return query_node(
+        "person",
+        [constraint("founded_by", "in", entity_node("u1", "Kelvar Institute", "university"))],
+    )
 
 
 def test_a_nested_description_resolves_through_the_facts(index):
@@ -47,30 +62,47 @@ def test_a_nested_description_resolves_through_the_facts(index):
 
 def test_a_blurred_year_can_make_a_question_ambiguous(index):
     exact = query_node("company", [constraint("founded", "out", literal_node(1934))])
-    blurred = query_node("company", [constraint("founded", "out", range_node(1930, 1939, "the 1930s"))])
+    blurred = query_node(
+        "company", [constraint("founded", "out", range_node(1930, 1939, "the 1930s"))]
+    )
     assert index.evaluate(exact) == {"c1"}
     assert index.evaluate(blurred) == {"c1", "c2"}
 
 
 def test_question_reads_as_one_english_question():
-    lf = query_node("company", [
-        constraint("industry", "out", literal_node("shipping")),
-        constraint("founded", "out", literal_node(1934)),
-        constraint("founded_by", "out", founder_of_kelvar()),
-    ])
+    lf = query_node(
+        "company",
+        [
+            constraint("industry", "out", literal_node("shipping")),
+            constraint("founded", "out", literal_node(1934)),
+            constraint("founded_by", "out", founder_of_kelvar()),
+        ],
+    )
     assert question_text(lf, REFS) == (
         "Which shipping company was founded in 1934 by the founder of the Kelvar Institute?"
     )
 
 
 def test_descriptions_use_participles_relative_clauses_and_articles():
-    city_in = query_node("city", [constraint("located_in", "out", entity_node("k", "Mereth", "country"))])
+    city_in = query_node(
+        "city", [constraint("located_in", "out", entity_node("k", "Mereth", "country"))]
+    )
     assert noun_phrase(city_in, {}) == "a city in Mereth"
-    engineer = query_node("person", [constraint("occupation", "out", literal_node("engineer")),
-                                     constraint("born_in", "out", entity_node("x1", "Dravon", "city"))])
+    engineer = query_node(
+        "person",
+        [
+            constraint("occupation", "out", literal_node("engineer")),
+            constraint("born_in", "out", entity_node("x1", "Dravon", "city")),
+        ],
+    )
     assert noun_phrase(engineer, REFS) == "an engineer born in Dravon"
-    two = query_node("person", [constraint("born_in", "out", entity_node("x1", "Dravon", "city")),
-                                constraint("worked_for", "out", entity_node("c1", "Lazas Group", "company"))])
+    two = query_node(
+        "person",
+        [
+            constraint("born_in", "out", entity_node("x1", "Dravon", "city")),
+            constraint("worked_for", "out", entity_node("c1", "Lazas Group", "company")),
+        ],
+    )
     assert noun_phrase(two, REFS) == "a person who was born in Dravon and worked for Lazas Group"
     railway = query_node("railway", [constraint("railway_kind", "out", literal_node("mountain"))])
     assert noun_phrase(railway, {}) == "a mountain railway"
@@ -81,7 +113,9 @@ def test_year_fuzz_climbs_a_ladder_of_blurrier_ranges():
     while (nxt := fuzz_year(steps[-1])) is not None:
         steps.append(nxt)
     assert [s.get("text") for s in steps[1:]] == [
-        "the early 1930s", "the 1930s", "the first half of the 20th century"
+        "the early 1930s",
+        "the 1930s",
+        "the first half of the 20th century",
     ]
     assert all(s["lo"] <= 1931 <= s["hi"] for s in steps[1:])
     assert fuzz_year(literal_node(1934))["text"] == "the mid-1930s"
@@ -94,7 +128,9 @@ def test_number_fuzz_always_contains_the_true_value(value):
     for _ in range(3):
         node = fuzz_number(node, "people", rng)
         assert node is not None
-        assert (node["lo"] is None or node["lo"] <= value) and (node["hi"] is None or value <= node["hi"])
+        assert (node["lo"] is None or node["lo"] <= value) and (
+            node["hi"] is None or value <= node["hi"]
+        )
         assert any(w in node["text"] for w in ("more than", "fewer than", "between"))
 
 
@@ -108,8 +144,11 @@ def grammar_problems(question: str) -> list[str]:
     asking = question.rsplit(". ", 1)[-1]
     # a fronted phrase may come first: "Founded in 1934, which company ...?"
     asking = re.sub(r"^[A-Z](?:[^,]|,(?! ))*, (?=(?:which|what|who) )", "", asking)
-    if not (re.match(r"(Which|What|Who|which|what|who) ", asking) and question.endswith("?")
-            and question.count("?") == 1):
+    if not (
+        re.match(r"(Which|What|Who|which|what|who) ", asking)
+        and question.endswith("?")
+        and question.count("?") == 1
+    ):
         problems.append("not one 'Which/What/Who ...?' question")
     if re.search(r"\{|\}|  | ,|,,", question) or re.search(r"\b(\w+) \1\b", question, re.I):
         problems.append("template debris or doubled words")

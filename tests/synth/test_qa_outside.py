@@ -13,10 +13,21 @@ from gemkit.synth.qa.run import RunConfig, read_records, run
 from gemkit.testing import Reply, ScriptedOpenAIServer
 
 DOCS = [
-    {"id": "d1", "title": "Arlen Voss", "text": "Arlen Voss was born in Dravon. Arlen Voss founded the Kelvar Institute."},
-    {"id": "d2", "title": "Dravon", "text": "Dravon is a city in Mereth. Dravon was founded in 1402."},
-    {"id": "d3", "title": "Mereth Shipping",
-     "text": "Mereth Shipping was founded in 1951 by Arlen Voss. Mereth Shipping is headquartered in Dravon."},
+    {
+        "id": "d1",
+        "title": "Arlen Voss",
+        "text": "Arlen Voss was born in Dravon. Arlen Voss founded the Kelvar Institute.",
+    },
+    {
+        "id": "d2",
+        "title": "Dravon",
+        "text": "Dravon is a city in Mereth. Dravon was founded in 1402.",
+    },
+    {
+        "id": "d3",
+        "title": "Mereth Shipping",
+        "text": "Mereth Shipping was founded in 1951 by Arlen Voss. Mereth Shipping is headquartered in Dravon.",
+    },
 ]
 SEED = {"question": "Which company did Arlen Voss found in 1951?", "answer": "Mereth Shipping"}
 DESCRIBE = {"Arlen Voss": "a man born in Dravon", "Dravon": "a city in Mereth"}
@@ -38,7 +49,9 @@ def scripted_model(also_fits: bool = False, searches: int = 2):
         if task == "fuzz":
             year = re.search(r"\b1\d{3}\b", question)[0]
             after = f"the early {year[:3]}0s"
-            return json.dumps({"before": year, "after": after, "question": question.replace(year, after)})
+            return json.dumps(
+                {"before": year, "after": after, "question": question.replace(year, after)}
+            )
         if task == "follows":
             return json.dumps({"follows": True})
         if task == "fits":
@@ -48,7 +61,9 @@ def scripted_model(also_fits: bool = False, searches: int = 2):
         if task == "solve":
             if sum(m["role"] == "tool" for m in body["messages"]) >= searches:
                 return "Mereth Shipping"
-            return Reply(tool_calls=[{"name": "search", "arguments": {"query": "Arlen Voss founded 1951"}}])
+            return Reply(
+                tool_calls=[{"name": "search", "arguments": {"query": "Arlen Voss founded 1951"}}]
+            )
         raise AssertionError(task)
 
     return reply
@@ -64,8 +79,17 @@ def inputs(tmp_path):
 
 
 def config(srv, corpus, seeds, **kw):
-    return RunConfig(n=1, corpus=str(corpus), seeds=str(seeds), llm_url=srv.base_url, model="m",
-                     min_inject=2, min_fuzz=1, max_items_factor=1, **kw)
+    return RunConfig(
+        n=1,
+        corpus=str(corpus),
+        seeds=str(seeds),
+        llm_url=srv.base_url,
+        model="m",
+        min_inject=2,
+        min_fuzz=1,
+        max_items_factor=1,
+        **kw,
+    )
 
 
 def test_an_outside_corpus_run_grows_and_verifies_a_seed_question(inputs, tmp_path):
@@ -74,10 +98,15 @@ def test_an_outside_corpus_run_grows_and_verifies_a_seed_question(inputs, tmp_pa
         stats = run(tmp_path / "out", config(srv, corpus, seeds), export=False)
     (r,) = read_records(tmp_path / "out")
     assert stats.kept == 1
-    assert r["question"] == "Which company did a man born in a city in Mereth found in the early 1950s?"
+    assert (
+        r["question"]
+        == "Which company did a man born in a city in Mereth found in the early 1950s?"
+    )
     assert r["seed"] == SEED and r["corpus"] == str(corpus)
-    assert r["supporting_facts"] == [{"doc_id": "d1", "text": "Arlen Voss was born in Dravon."},
-                                     {"doc_id": "d2", "text": "Dravon is a city in Mereth."}]
+    assert r["supporting_facts"] == [
+        {"doc_id": "d1", "text": "Arlen Voss was born in Dravon."},
+        {"doc_id": "d2", "text": "Dravon is a city in Mereth."},
+    ]
     assert (r["n_inject"], r["n_fuzz"]) == (2, 1)
     injects = [(e["before"], e["after"]) for e in r["edits"] if e["op"] == "inject"]
     assert injects == [("Arlen Voss", "a man born in Dravon"), ("Dravon", "a city in Mereth")]
@@ -85,13 +114,25 @@ def test_an_outside_corpus_run_grows_and_verifies_a_seed_question(inputs, tmp_pa
     assert v["quality"]["grounded"] == "2/2" and v["quality"]["answer_follows"]
     assert v["difficulty"]["closed_book_correct"] == 0 and v["difficulty"]["tool_solver_success"]
     assert v["difficulty"]["tool_calls"] == 2
-    assert v["shortcut"] == {"passed": True, "hops": 2, "min_tool_calls": 2, "reason": "",
-                             "sub_question_candidates": None, "one_hop_candidates": None,
-                             "one_search_hit": None}
+    assert v["shortcut"] == {
+        "passed": True,
+        "hops": 2,
+        "min_tool_calls": 2,
+        "reason": "",
+        "sub_question_candidates": None,
+        "one_hop_candidates": None,
+        "one_search_hit": None,
+    }
     # no fact store outside the world: whether each clause does work is not known (None)
-    assert v["uniqueness"] == {"passed": True, "candidates": 1, "checked": ["Unknown Corp"],
-                               "also_fit": [], "reason": "", "droppable": None,
-                               "vacuous_blurs": None}
+    assert v["uniqueness"] == {
+        "passed": True,
+        "candidates": 1,
+        "checked": ["Unknown Corp"],
+        "also_fit": [],
+        "reason": "",
+        "droppable": None,
+        "vacuous_blurs": None,
+    }
     assert (tmp_path / "out" / "corpus.jsonl").read_text() == corpus.read_text()
 
 
@@ -115,10 +156,17 @@ def test_a_question_the_model_with_tools_solves_in_fewer_calls_than_hops_is_a_sh
     assert rej["reason"] == "the model with search needed 1 call for 2 hops"
 
 
-@pytest.mark.parametrize("old, new, span", [
-    ("Which company did Arlen Voss found?", "Which company did a man born in Dravon found?", "a man born in Dravon"),
-    ("Who was born in 1951?", "Who was born in the early 1950s?", "the early 1950s"),
-])
+@pytest.mark.parametrize(
+    "old, new, span",
+    [
+        (
+            "Which company did Arlen Voss found?",
+            "Which company did a man born in Dravon found?",
+            "a man born in Dravon",
+        ),
+        ("Who was born in 1951?", "Who was born in the early 1950s?", "the early 1950s"),
+    ],
+)
 def test_the_replacement_phrase_is_read_off_the_rewrite(old, new, span):
     assert changed_span(old, new) == span
 
@@ -126,5 +174,7 @@ def test_the_replacement_phrase_is_read_off_the_rewrite(old, new, span):
 def test_seed_files_are_checked_line_by_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "Who?", "answer": "X"}\n{"q": 1}\n')
-    with pytest.raises(GemkitError, match="line 2: expected a JSON object with 'question' and 'answer'"):
+    with pytest.raises(
+        GemkitError, match="line 2: expected a JSON object with 'question' and 'answer'"
+    ):
         read_seeds(bad)

@@ -32,12 +32,25 @@ def test_a_run_keeps_n_verified_records_with_the_full_schema(clean_run):
     records = read_records(out)
     assert len(records) == 6 == stats.kept
     r = records[0]
-    for key in ("id", "question", "answer", "answer_aliases", "supporting_facts", "edits", "n_inject",
-                "n_fuzz", "verification", "seed", "corpus"):
+    for key in (
+        "id",
+        "question",
+        "answer",
+        "answer_aliases",
+        "supporting_facts",
+        "edits",
+        "n_inject",
+        "n_fuzz",
+        "verification",
+        "seed",
+        "corpus",
+    ):
         assert key in r
     assert r["n_inject"] >= 2 and r["n_fuzz"] >= 1
     v = r["verification"]
-    assert v["quality"]["passed"] and v["uniqueness"]["passed"] and v["uniqueness"]["candidates"] == 1
+    assert (
+        v["quality"]["passed"] and v["uniqueness"]["passed"] and v["uniqueness"]["candidates"] == 1
+    )
     assert v["difficulty"]["closed_book_correct"] == 0 and v["difficulty"]["tool_solver_success"]
     assert v["difficulty"]["tool_calls"] > 0
     assert {e["op"] for e in r["edits"]} == {"inject", "fuzz"}
@@ -88,14 +101,19 @@ def test_cli_prints_the_stage_table(tmp_path, capsys):
     assert f"records: {tmp_path / 'qa.jsonl'}" in shown.replace("\n", "")
 
 
-
-@pytest.mark.parametrize("argv, message", [
-    (["--llm", "http://x/v1"], "--llm needs --model"),
-    (["--seeds", "s.jsonl"], "need a model"),
-    (["--corpus", "wiki.jsonl"], "need a model"),
-    (["--corpus", "wiki.jsonl", "--llm", "http://x/v1", "--model", "m"], "--corpus needs --seeds"),
-    (["--seeds", "missing.jsonl", "--llm", "http://x/v1", "--model", "m"], "does not exist"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--llm", "http://x/v1"], "--llm needs --model"),
+        (["--seeds", "s.jsonl"], "need a model"),
+        (["--corpus", "wiki.jsonl"], "need a model"),
+        (
+            ["--corpus", "wiki.jsonl", "--llm", "http://x/v1", "--model", "m"],
+            "--corpus needs --seeds",
+        ),
+        (["--seeds", "missing.jsonl", "--llm", "http://x/v1", "--model", "m"], "does not exist"),
+    ],
+)
 def test_cli_explains_bad_options(tmp_path, capsys, argv, message):
     assert main(["synth", "qa", "-n", "1", "--out", str(tmp_path), *argv]) == 2
     assert message in capsys.readouterr().out

@@ -101,7 +101,9 @@ def test_meeting_count_matches_brute_force(synthesized):
     ]
     passed = sum(
         cat.verify(
-            db, task, [{"meeting": m["name"], **o} for m, o in zip(spec["meetings"], combo, strict=True)]
+            db,
+            task,
+            [{"meeting": m["name"], **o} for m, o in zip(spec["meetings"], combo, strict=True)],
         ).passed
         for combo in itertools.product(grid, repeat=len(spec["meetings"]))
     )

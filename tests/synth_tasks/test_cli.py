@@ -60,5 +60,7 @@ def test_demo_part_synthesizes_tasks_and_the_demo_plays_and_saves_them(tmp_path,
     play_tasks(tmp_path / "tasks", tmp_path / "played", 2)
     out = capsys.readouterr().out
     assert "toolworld:TripPlanning-v0" in out and out.count("the baseline agent made") == 2
-    played = [json.loads(x) for x in (tmp_path / "played" / "episodes.jsonl").read_text().splitlines()]
+    played = [
+        json.loads(x) for x in (tmp_path / "played" / "episodes.jsonl").read_text().splitlines()
+    ]
     assert [p["index"] for p in played] == [0, 1] and all(p["tool_calls"] for p in played)

@@ -98,7 +98,9 @@ async def test_served_logprobs_under_top_k_top_p_and_min_p_are_the_trainers(para
             *(run_episode(gemkit.make(ENV), TokenPolicy(client, s.engine.tokenizer, max_tokens=4, **params), seed=k) for k in range(4))
         )  # fmt: skip
     assert all(ep.error is None for ep in episodes)
-    assert all(t.tokens.sampling[k] == v for ep in episodes for t in ep.turns for k, v in params.items())
+    assert all(
+        t.tokens.sampling[k] == v for ep in episodes for t in ep.turns for k, v in params.items()
+    )
     assert_trainers_logprobs(s.engine.model, episodes)
 
 
@@ -287,7 +289,11 @@ async def test_a_json_body_over_max_body_is_refused_before_it_is_read_but_weight
         big = json.dumps({"prompt": [1] * 34_000, "max_tokens": 1}).encode()
         assert len(big) > 100_000
         status, out = await s.post("/v1/completions", data=big, headers={"Content-Type": "application/json"})  # fmt: skip
-        assert status == 413 and "65,536 bytes" in out["error"]["message"] and "--max-body-kb" in out["error"]["message"]
+        assert (
+            status == 413
+            and "65,536 bytes" in out["error"]["message"]
+            and "--max-body-kb" in out["error"]["message"]
+        )
         assert "\n" not in out["error"]["message"]
         status, out = await s.post("/v1/chat/completions", data=big, headers={"Content-Type": "application/json"})  # fmt: skip
         assert status == 413 and "--max-body-kb" in out["error"]["message"]

@@ -214,5 +214,3 @@ def test_a_runs_own_export_is_listed_once_with_its_jsonl_and_a_lone_export_is_li
 
     shutil.copytree(demo / "synth-qa" / "dataset", tmp_path / "copied" / "dataset")
     assert set(discover(tmp_path).collections) == {"copied/dataset/qa"}, "an export alone shows"
-
-
