@@ -52,7 +52,13 @@ def test_native_tool_calls_arrive_when_forced_and_the_report_counts_them(vllm, t
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     (s,) = [v for k, v in summary.items() if k.startswith("qa:")]
-    assert s["native_tool_calls"] >= 1 and s["text_tool_calls"] == 0, s
+    assert s["native_tool_calls"] >= 1, s
+    # a reply cut at --max-tokens in the middle of its calls comes back as content (the parser
+    # needs the whole list), where the text fallback finds the calls before the cut: every
+    # reply that ended by itself came as the server's tool_calls
+    turns = [t for ep in rows(out / "episodes.jsonl") for t in ep["turns"]]
+    whole = [t for t in turns if t["finish_reason"] != "length"]
+    assert whole and all(t["action"].get("tool_calls") for t in whole), whole
     capsys.readouterr()
 
 
