@@ -70,11 +70,16 @@ def test_synth_qa_with_a_real_model_writes_its_records_or_says_why_not(server, t
     text = capsys.readouterr()
     assert "Traceback" not in text.out + text.err
     assert code == 0, text.out[-2000:] + text.err[-2000:]
-    log = (out / "progress.log").read_text()
-    assert log.strip(), "a real-model run logs every work item"
-    # every work item is accounted for: kept, rejected by a stage, or failed for a retry
-    kept = rows(out / "qa.jsonl") if (out / "qa.jsonl").exists() else []
+
+    # every work item is accounted for: kept, or rejected by a stage that says why
+    def read(name: str) -> list[dict]:
+        return rows(out / name) if (out / name).exists() else []
+
+    kept, rejected = read("qa.jsonl"), read("rejected.jsonl")
     assert len(kept) <= 1
+    assert all(r["rejected_stage"] and r["reason"] for r in rejected), rejected
+    if not kept:  # it tried all it may (n x max_items_factor) before giving up
+        assert len(rejected) + len(read("failed.jsonl")) == 20
 
 
 def test_filter_with_a_real_model_plays_every_attempt_and_judges_or_says_it_cannot(
