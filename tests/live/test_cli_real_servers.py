@@ -50,16 +50,23 @@ def test_native_tool_calls_arrive_when_forced_and_the_report_counts_them(vllm, t
                 "--tools", "search", "--tool-format", "native", "--tool-choice", "required",
                 "--max-tokens", "96", "--timeout", "900", "--out", str(out)])  # fmt: skip
     assert code == 0
+    report = capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
     (s,) = [v for k, v in summary.items() if k.startswith("qa:")]
-    assert s["native_tool_calls"] >= 1, s
-    # a reply cut at --max-tokens in the middle of its calls comes back as content (the parser
-    # needs the whole list), where the text fallback finds the calls before the cut: every
-    # reply that ended by itself came as the server's tool_calls
     turns = [t for ep in rows(out / "episodes.jsonl") for t in ep["turns"]]
-    whole = [t for t in turns if t["finish_reason"] != "length"]
-    assert whole and all(t["action"].get("tool_calls") for t in whole), whole
-    capsys.readouterr()
+    calls = [(t, c) for t in turns for c in t["info"].get("parsed_calls", [])]
+    native = [t for t, c in calls if c["format"] == "openai"]
+    text = [t for t, c in calls if c["format"] != "openai"]
+    # the summary counts what the episodes hold, and most calls came as the server's
+    # tool_calls: in the CI run of 2026-12-03, 2 of 12 came as text in replies vLLM ended by
+    # itself (its parser left them in the content), so "every one" is not vLLM's guarantee
+    assert (s["native_tool_calls"], s["text_tool_calls"]) == (len(native), len(text)), s
+    assert len(native) >= 1 and len(native) >= len(text), [t["action"] for t in text]
+    assert all(t["action"].get("tool_calls") for t in native)
+    assert all(t["finish_reason"] in ("tool_calls", "length") for t in native)
+    # the fallback read calls only from replies that came with none of the server's
+    assert not any(t["action"].get("tool_calls") for t in text)
+    assert ("came as text in the reply" in report) == bool(text)
 
 
 def test_synth_qa_with_a_real_model_writes_its_records_or_says_why_not(server, tmp_path, capsys):

@@ -71,7 +71,10 @@ async def test_sampling_fields_in_llama_cpps_spelling_turn_its_defaults_off(llam
     # post-chain probabilities are the raw ones. Left to its defaults, they are not.
     fields = SamplingParams().request_fields("llama.cpp")
     assert fields["top_k"] == 0 and fields["min_p"] == 0.0 and fields["repeat_penalty"] == 1.0
+    # cache_prompt off: a prompt read from llama.cpp's cache is evaluated in another batch
+    # shape, and its log-probs move by up to 0.05 (measured), which would hide what is compared
     body = {"model": "qwen", "prompt": [40, 1744, 429, 279], "max_tokens": 1, "logprobs": 5}
+    body["cache_prompt"] = False
 
     async def top(extra):
         answer = await client.post_json("/completions", {**body, **extra})
@@ -84,8 +87,14 @@ async def test_sampling_fields_in_llama_cpps_spelling_turn_its_defaults_off(llam
         raw = await top(fields)
         named = await top({**fields, "post_sampling_probs": True})
         defaults = await top({"post_sampling_probs": True})
-    common = set(raw) & set(named)
+    common = sorted(set(raw) & set(named))
     assert len(common) >= 3
-    assert all(named[i] == pytest.approx(raw[i], abs=1e-3) for i in common)
+    # the same distribution: the same log-ratios between tokens, and the same normalisation
+    # up to the float sums of its softmax (7e-4 measured)
+    base = common[0]
+    assert all(
+        named[i] - named[base] == pytest.approx(raw[i] - raw[base], abs=1e-4) for i in common
+    )
+    assert all(named[i] == pytest.approx(raw[i], abs=3e-3) for i in common)
     best = max(raw, key=raw.get)
     assert defaults[best] > raw[best] + 0.01  # its defaults cut the tail and renormalise
