@@ -192,19 +192,21 @@ class LLMAgent(RuleAgent):
                 continue
             choice, question = parsed
             cand = options[choice]
-            before = node_text(
-                get(state.lf, cand.path), self._holder_rel(state.lf, cand.path), self.refs
-            )
-            if mentions(question, before):
+            holder_rel = self._holder_rel(state.lf, cand.path)
+            before = node_text(get(state.lf, cand.path), holder_rel, self.refs)
+            after = node_text(cand.new, holder_rel, self.refs)
+            if mentions(question, before) and not mentions(after, before):
                 failures += 1
                 state.rejected.append(
                     {
                         "op": cand.op,
                         "before": before,
-                        "after": "",
+                        "after": after,
                         "fact": None,
                         "stage": "quality",
-                        "reason": "the rewrite still states the replaced phrase",
+                        "reason": f"the rewrite still states the replaced phrase {before!r} "
+                        f"(option {choice + 1} replaces it with {after!r})",
+                        "question": question,
                     }
                 )
                 continue

@@ -147,6 +147,37 @@ def test_a_model_whose_text_drifts_from_the_form_gets_no_record_kept(tmp_path):
     assert all(e["question"].startswith("In which city did Pouharn Propim") for e in drifted)
 
 
+def unchanged_model(body: dict) -> str:
+    """A scripted model that picks option 1 and sends the question back as it was."""
+    system, user = body["messages"][0]["content"], body["messages"][-1]["content"]
+    if "Reply with JSON" in system:
+        question = user.split("\n")[0].removeprefix("Question: ")
+        return json.dumps({"choice": 1, "question": question})
+    return "Nobody Knows"
+
+
+def test_a_rewrite_that_keeps_the_replaced_phrase_is_rejected_with_what_it_wrote(tmp_path):
+    with ScriptedOpenAIServer(unchanged_model) as srv:
+        stats = run(
+            tmp_path,
+            RunConfig(n=1, llm_url=srv.base_url, model="m", max_items_factor=2, **CONFIG),
+            export=False,
+        )
+    assert stats.kept == 0
+    rejected = [json.loads(x) for x in (tmp_path / "rejected.jsonl").read_text().splitlines()]
+    kept = [
+        e
+        for r in rejected
+        for e in r.get("rejected_edits", ())
+        if "still states the replaced phrase" in e["reason"]
+    ]
+    assert kept
+    for e in kept:
+        # the reason names the phrase and its replacement; the model's text is kept with it
+        assert e["after"] and repr(e["before"]) in e["reason"] and repr(e["after"]) in e["reason"]
+        assert e["before"].lower() in e["question"].lower()
+
+
 def test_a_reply_with_unescaped_quotes_is_still_read():
     text = '{"choice": 5, "question": "In which city is the film "A Winter in Tor" set?"}'
     assert parse_reply(text, 6) == (4, 'In which city is the film "A Winter in Tor" set?')
