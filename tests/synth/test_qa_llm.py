@@ -130,15 +130,19 @@ def drifting_model(body: dict) -> str:
     return json.dumps({"choice": int(n), "question": f"In which city did Pouharn Propim {rest}"})
 
 
-def test_a_model_whose_text_drifts_from_the_form_gets_no_record_kept(tmp_path):
-    with ScriptedOpenAIServer(drifting_model) as srv:
-        stats = run(
-            tmp_path,
-            RunConfig(n=1, llm_url=srv.base_url, model="m", max_items_factor=3, **CONFIG),
-            export=False,
+def rejected_items(tmp_path, model, max_items_factor: int) -> list[dict]:
+    """Run one record's worth of work items against `model`; check none is kept; the rejected."""
+    with ScriptedOpenAIServer(model) as srv:
+        config = RunConfig(
+            n=1, llm_url=srv.base_url, model="m", max_items_factor=max_items_factor, **CONFIG
         )
+        stats = run(tmp_path, config, export=False)
     assert stats.kept == 0 and read_records(tmp_path) == []
-    rejected = [json.loads(x) for x in (tmp_path / "rejected.jsonl").read_text().splitlines()]
+    return [json.loads(x) for x in (tmp_path / "rejected.jsonl").read_text().splitlines()]
+
+
+def test_a_model_whose_text_drifts_from_the_form_gets_no_record_kept(tmp_path):
+    rejected = rejected_items(tmp_path, drifting_model, 3)
     reasons = [e["reason"] for r in rejected for e in r.get("rejected_edits", ())]
     assert any("text and logical form disagree: the question asks for city" in x for x in reasons)
     drifted = [
@@ -157,14 +161,7 @@ def unchanged_model(body: dict) -> str:
 
 
 def test_a_rewrite_that_keeps_the_replaced_phrase_is_rejected_with_what_it_wrote(tmp_path):
-    with ScriptedOpenAIServer(unchanged_model) as srv:
-        stats = run(
-            tmp_path,
-            RunConfig(n=1, llm_url=srv.base_url, model="m", max_items_factor=2, **CONFIG),
-            export=False,
-        )
-    assert stats.kept == 0
-    rejected = [json.loads(x) for x in (tmp_path / "rejected.jsonl").read_text().splitlines()]
+    rejected = rejected_items(tmp_path, unchanged_model, 2)
     kept = [
         e
         for r in rejected
