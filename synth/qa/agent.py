@@ -290,6 +290,12 @@ def minimal_clauses(
     return None
 
 
+def edit_texts(lf: Node, cand: Candidate, refs: dict[str, str]) -> tuple[str, str]:
+    """The phrase a candidate replaces and its replacement, as a question states them."""
+    rel = get(lf, cand.path[:-1])["where"][cand.path[-1]]["rel"] if cand.path else ""
+    return node_text(get(lf, cand.path), rel, refs), node_text(cand.new, rel, refs)
+
+
 class RuleAgent:
     """The offline agent: picks edits by rule and writes questions from templates."""
 
@@ -370,9 +376,7 @@ class RuleAgent:
         """Check one candidate (form + uniqueness) and apply it to `state` when it passes."""
         new_lf = replace(state.lf, cand.path, cand.new)
         q, construction = (question, "model") if question else self.render(new_lf, state.style)
-        holder_rel = self._holder_rel(state.lf, cand.path)
-        before = node_text(get(state.lf, cand.path), holder_rel, self.refs)
-        after = node_text(cand.new, holder_rel, self.refs)
+        before, after = edit_texts(state.lf, cand, self.refs)
         entry = {
             "op": cand.op,
             "before": before,
@@ -413,13 +417,6 @@ class RuleAgent:
         state.support.extend(new_support)
         state.edits.append({**entry, "question": q})
         return True
-
-    @staticmethod
-    def _holder_rel(lf: Node, path: tuple[Any, ...]) -> str:
-        if not path:
-            return ""
-        rel: str = get(lf, path[:-1])["where"][path[-1]]["rel"]
-        return rel
 
     async def grow(self, state: QAState, rng: np.random.Generator) -> QAState:
         """Apply inject and fuzz edits until the targets are met or no edit passes."""

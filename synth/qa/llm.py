@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from gemkit.synth.qa.agent import AgentConfig, QAState, RuleAgent
+from gemkit.synth.qa.agent import AgentConfig, QAState, RuleAgent, edit_texts
 from gemkit.synth.qa.edits import Candidate
-from gemkit.synth.qa.logic import get, mentions, node_text
+from gemkit.synth.qa.logic import mentions
 from gemkit.synth.qa.solver import grade
 from gemkit.synth.world.world import World
 from gemkit.tools.search import SearchTool
@@ -42,9 +42,7 @@ def option_lines(state: QAState, options: list[Candidate], refs: dict[str, str])
     """The numbered options as the model sees them: op, phrase replaced, replacement, fact."""
     lines = []
     for i, c in enumerate(options, 1):
-        rel = get(state.lf, c.path[:-1])["where"][c.path[-1]]["rel"] if c.path else ""
-        before = node_text(get(state.lf, c.path), rel, refs)
-        after = node_text(c.new, rel, refs)
+        before, after = edit_texts(state.lf, c, refs)
         fact = f" (fact: {c.mention[1]})" if c.mention else ""
         lines.append(f'{i}. {c.op.upper()}: replace "{before}" with "{after}"{fact}')
     return lines
@@ -192,10 +190,8 @@ class LLMAgent(RuleAgent):
                 continue
             choice, question = parsed
             cand = options[choice]
-            holder_rel = self._holder_rel(state.lf, cand.path)
-            before = node_text(get(state.lf, cand.path), holder_rel, self.refs)
-            after = node_text(cand.new, holder_rel, self.refs)
-            if mentions(question, before) and not mentions(after, before):
+            before, after = edit_texts(state.lf, cand, self.refs)
+            if mentions(question, before):
                 failures += 1
                 state.rejected.append(
                     {
