@@ -12,7 +12,8 @@ Sections (`--cases`, default all of them):
   math grading (`math:Builtin-v0`, sympy and math-verify), an rg dataset with a heavy scorer
   (`rg:simple_integration`, sympy), a toolworld verifier (`toolworld:TripPlanning-v0`), in the
   sync, async and process vectors; and first, math grading in the process vector with 1
-  worker up to twice the cores, to show how the rate grows with workers.
+  worker up to twice the cores (every env in the workers) and in its default layout (the
+  driver steps a core's share itself), to show how the rate grows with workers.
 - then Ray (unless `--no-ray`), started only now so its daemons load no other row: each case
   of `modes` and `cpu` in the Ray vector next to the async vector again, and so the process
   vector's rate over Ray's.
@@ -48,7 +49,7 @@ from gemkit.core import Env, ObservationWrapper
 from gemkit.envs.games.guess_the_number import GuessTheNumber
 from gemkit.vector import AsyncVectorEnv, SyncVectorEnv
 from gemkit.vector.aio import new_event_loop
-from gemkit.vector.process import default_workers
+from gemkit.vector.process import default_workers, layout
 
 # GEM's game:GuessTheNumber-v0-hard settings, so both sides play the same game
 GTN = {"low": 1, "high": 50, "max_turns": 7}
@@ -83,7 +84,7 @@ TRIP_PLAN = json.dumps(
 )
 #: (label, env id, answers, envs, vector steps per trial, make kwargs)
 CPU_CASES = [
-    ("math grading (math:Builtin-v0)", "math:Builtin-v0", MATH_ANSWERS, 16, 2, {}),
+    ("math grading (math:Builtin-v0)", "math:Builtin-v0", MATH_ANSWERS, 16, 6, {}),
     ("rg heavy scorer (rg:simple_integration)", "rg:simple_integration", RG_ANSWERS, 16, 1, {}),
     ("toolworld verifier (TripPlanning)", "toolworld:TripPlanning-v0", [TRIP_PLAN], 16, 2, {}),
 ]
@@ -375,7 +376,9 @@ def compare(cases: list[Case], rounds: int, ray: bool) -> None:
         print(f"\n== {case.label} ({load()})")
         rates = case.run(["sync", "async", "process"], rounds)
         ratios[case.label] = max(rates["process"]) / max(rates["async"])
-        print(f"  process ({cores} workers) / async: {paired(rates, 'process', 'async')}")
+        w, d = layout(case.n, None, None)
+        where = f"{w} worker{'s' * (w > 1)} + {d} envs in the driver" if d else f"{w} workers"
+        print(f"  process ({where}, {cores} cores) / async: {paired(rates, 'process', 'async')}")
     if not ray or not start_ray():
         return
     for case in cases:
@@ -439,10 +442,13 @@ def workers_section(rounds: int, max_workers: int) -> None:
         f"({default_workers()} cores; {load()})"
     )
     vecs = {}
-    for w in counts:
+    for w in counts:  # every env in the workers
         vecs[f"{w} workers"], _ = build(
             env_id, n, "process", num_workers=w, autoreset_mode="same_step", **kw
         )
+    w, d = layout(n, None, None)
+    if d:  # the default: the driver steps a block too
+        vecs[f"{w} + driver"], _ = build(env_id, n, "process", autoreset_mode="same_step", **kw)
     trials = {name: answer_trial(v, answers, steps) for name, v in vecs.items()}
     for trial in trials.values():
         trial()

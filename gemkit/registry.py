@@ -351,12 +351,15 @@ def make_vec(
     autoreset_mode: str = "next_step",
     max_concurrency: int | None = None,
     num_workers: int | None = None,
+    driver_envs: int | None = None,
     **kwargs: Any,
 ) -> VectorEnv:
     """Build `num_envs` copies of an env in a vector: mode `sync`, `async`, `process` or `ray`.
 
     `num_workers` sets the worker processes (`process`) or actors (`ray`); the default is
-    one per core. Other keyword arguments go to `make` (tools, tool options, env arguments).
+    one per core (in `process`, the driver steps one core's share itself and `driver_envs`
+    says how many: see `ProcessVectorEnv`). Other keyword arguments go to `make` (tools, tool
+    options, env arguments).
     """
     from gemkit.vector import AsyncVectorEnv, SyncVectorEnv
 
@@ -364,6 +367,8 @@ def make_vec(
         raise ValueError(f"unknown vector mode {mode!r}; expected one of {VECTOR_MODES}")
     if num_workers is not None and mode in ("sync", "async"):
         raise ValueError(f"num_workers is for the process and ray modes, not {mode!r}")
+    if driver_envs is not None and mode != "process":
+        raise ValueError(f"driver_envs is for the process mode, not {mode!r}")
     factory = EnvFactory(spec(env_id), tuple(wrappers), kwargs)
     fns = [factory] * num_envs
     if mode == "sync":
@@ -378,6 +383,7 @@ def make_vec(
             autoreset_mode=autoreset_mode,
             max_concurrency=max_concurrency,
             num_workers=num_workers,
+            driver_envs=driver_envs,
         )
     from gemkit.vector.ray import RayVectorEnv
 

@@ -4,7 +4,8 @@ Each worker is a fresh interpreter running `gemkit.vector.worker.boot` in a sess
 own, talking to the driver over a socket pair (the protocol is in `gemkit.vector.worker`).
 One poller (epoll, else poll) watches every worker's socket and, where the platform has
 pidfds, its exit, so a wait never outlasts a worker that died; without pidfds a wait wakes
-every `POLL_S` to look. A Ctrl-C is deferred while a message goes out or a reply is read and
+every `POLL_S` to look. When each process has a core (`spin_s`), a wait for replies polls
+for that long before it sleeps. A Ctrl-C is deferred while a message goes out or a reply is read and
 applied (`_hold_interrupts`), so it never leaves a worker's stream half read.
 
 Ending a worker ends its session's process group, so what its envs started goes with it. The
@@ -83,6 +84,7 @@ class Pool:
         payloads: list[bytes],
         settings: list[dict[str, Any]],
         start_timeout_s: float,
+        spin_s: float = 0.0,
     ):
         self.payloads = payloads
         self.settings = settings
@@ -90,6 +92,7 @@ class Pool:
         self.workers = [Worker(lo, hi) for lo, hi in bounds]
         self.poller = _Poller()
         self.stopped = False
+        self.spin_s = spin_s  # how long a wait for replies polls before it sleeps
 
     # -- starting and losing workers ------------------------------------------------------
 
@@ -288,6 +291,12 @@ class Pool:
     def collect(self, ks: list[int], apply: Callable[[int, Reply], None]) -> dict[int, Any]:
         """Read every message workers `ks` owe; each one's last (or its loss)."""
         out, pending = self._owing(ks)
+        if pending and self.spin_s:  # each process has a core: poll before sleeping
+            until = time.perf_counter() + self.spin_s
+            while pending and time.perf_counter() < until:
+                ready = self.ready_among(pending, 0)
+                if ready:
+                    pending -= self.take(ready, apply, out)
         while pending:
             pending -= self.take(self.ready_among(pending, None), apply, out)
         return out
@@ -295,10 +304,13 @@ class Pool:
     async def acollect(self, ks: list[int], apply: Callable[[int, Reply], None]) -> dict[int, Any]:
         """`collect` that awaits the sockets on the running loop instead of blocking it."""
         out, pending = self._owing(ks)
+        until = time.perf_counter() + self.spin_s
         while pending:
             ready = self.ready_among(pending, 0)
             if ready:
                 pending -= self.take(ready, apply, out)
+            elif time.perf_counter() < until:  # poll, letting the loop's other tasks run
+                await asyncio.sleep(0)
             else:
                 await self._readable(pending)
         return out

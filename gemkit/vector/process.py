@@ -2,11 +2,24 @@
 
 The async vector overlaps waiting, not computing: graders (sympy, math-verify, reasoning-gym
 scorers, toolworld verifiers) run on one core however many envs wait. This vector splits its
-slots into contiguous blocks over `num_workers` processes (default: one per core this process
-may run on); each worker steps its block in an `AsyncVectorEnv` of its own (its own event loop),
-so CPU-bound envs use every core and I/O-bound ones still overlap within each worker. One
-vector call is one message to each worker concerned and one reply back, whatever the
-autoreset mode; the protocol is in `gemkit.vector.worker`.
+slots into contiguous blocks, one per core this process may run on: the driver steps the last
+block itself, in an `AsyncVectorEnv` of its own, and `num_workers` processes (the other
+cores) each step one of the others in theirs (their own event loops). So CPU-bound envs use
+every core, I/O-bound ones still overlap within each block, and the driver works while it
+would otherwise wait. One vector call is one message to each worker concerned and one reply
+back, whatever the autoreset mode, and the driver's block steps between the two; the
+protocol is in `gemkit.vector.worker`.
+
+Why the driver holds a block (measured on 2 cores, `bench/envs.py`): a step of a cheap env
+takes microseconds, as long as a message to a worker and its reply, so with every env in
+workers 64 cheap games stepped at 0.63x the async vector's rate; with the driver stepping
+half of them, 1.2x. The cost: the driver's block has no process of its own, so an env that
+crashes its interpreter there takes the driver down, and in `await astep()` its sync envs run
+on the caller's loop (as in the async vector). `driver_envs=0` puts every env in a worker.
+
+When each process has a core (the driver and its workers no more than the cores), a wait for
+the other side polls for `SPIN_S` before it sleeps: on a virtual machine a sleeping process
+takes tens of microseconds to wake, which a cheap step cannot pay twice.
 
 Slot semantics are those of `gemkit.vector.base`, run in the worker for its envs. The driver
 keeps a mirror of each slot's last observation and done flag (from the replies), so that when
@@ -29,12 +42,16 @@ from typing import Any
 import numpy as np
 
 from gemkit.errors import VectorEnvError
+from gemkit.vector.aio import AsyncVectorEnv
 from gemkit.vector.base import SlotResult, VectorEnv, VectorStep, drive_sync
 from gemkit.vector.pool import PROTOCOL, Pool, Reply, WorkerLost
-from gemkit.vector.worker import encode
+from gemkit.vector.worker import ahandle, encode, handle
 
 #: seconds a worker may take to build its envs (imports included) before it counts as lost
 START_TIMEOUT_S = 120.0
+#: seconds a wait for the other side polls before it sleeps, when each process has a core:
+#: a sleeping process takes tens of microseconds to wake, as long as a cheap env's step
+SPIN_S = 0.0003
 
 
 def default_workers() -> int:
@@ -76,14 +93,19 @@ def _dumps_factories(fns: Sequence[Callable[[], Any]], first: int) -> bytes:
 
 
 class ProcessVectorEnv(VectorEnv):
-    """A vector env whose envs run in `num_workers` processes, each on its own event loop.
+    """A vector env whose envs run in blocks, one per core: in worker processes and the driver.
 
-    For CPU-bound envs (graders, verifiers, simulators): with `num_workers` cores they step up
-    to `num_workers` times as fast as in one process. Same API, seeds, autoreset and error
-    isolation as `AsyncVectorEnv`; `envs` is empty (the envs live in the workers).
+    For CPU-bound envs (graders, verifiers, simulators): on *c* cores they step up to *c*
+    times as fast as in one process. Same API, seeds, autoreset and error isolation as
+    `AsyncVectorEnv`; `envs` is empty (the envs live in the workers and the driver's block).
 
-    - `num_workers`: processes (default: the cores this process may run on; at most one per
-      env). Worker *k* holds a contiguous block of slots.
+    - `num_workers`: worker processes (default: the cores this process may run on, less the
+      one the driver steps its block on; at most one per env). Worker *k* holds a contiguous
+      block of slots.
+    - `driver_envs`: how many slots (the last ones) the driver steps itself. By default a
+      worker's share when `num_workers` is left to its default (on one core, none); 0 when
+      `num_workers` is named. 0 keeps every env in a worker process (isolated from the driver,
+      and off the caller's event loop in `astep`).
     - `max_concurrency`: bounds async env calls in flight, split over the workers (at least
       one each).
     - The env factories travel by cloudpickle (lambdas and closures too) to fresh interpreters;
@@ -101,30 +123,56 @@ class ProcessVectorEnv(VectorEnv):
         *,
         autoreset_mode: str = "next_step",
         num_workers: int | None = None,
+        driver_envs: int | None = None,
         max_concurrency: int | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
     ):
         self._init_slots(len(env_fns), autoreset_mode)
+        n = self.num_envs
         if num_workers is not None and num_workers < 1:
             raise VectorEnvError(f"num_workers must be >= 1 or None, got {num_workers}")
+        if driver_envs is not None and not 0 <= driver_envs < n:
+            raise VectorEnvError(
+                f"driver_envs must be from 0 to {n - 1} (the envs the driver steps itself; "
+                f"a worker holds the rest) or None (its default), got {driver_envs}"
+            )
         if max_concurrency is not None and max_concurrency < 1:
             raise VectorEnvError(f"max_concurrency must be >= 1 or None, got {max_concurrency}")
-        n = self.num_envs
-        self.num_workers = w = min(num_workers or default_workers(), n)
+        self.num_workers, self.driver_envs = w, d = layout(n, num_workers, driver_envs)
         self.max_concurrency = max_concurrency
-        self._bounds = bounds = [(k * n // w, (k + 1) * n // w) for k in range(w)]
+        m = n - d  # the workers' slots come first, the driver's block last
+        self._bounds = bounds = [(k * m // w, (k + 1) * m // w) for k in range(w)]
+        if d:
+            bounds.append((m, n))
+        blocks = len(bounds)
         self._owner = [k for k, (lo, hi) in enumerate(bounds) for _ in range(lo, hi)]
+        # with a core for each process (the driver's included), a wait polls before it sleeps
+        spin_s = SPIN_S if w + 1 <= default_workers() else 0.0
         fns = list(env_fns)
-        payloads = [_dumps_factories(fns[lo:hi], lo) for lo, hi in bounds]
+        payloads = [_dumps_factories(fns[lo:hi], lo) for lo, hi in bounds[:w]]
         settings = [
-            {"autoreset_mode": autoreset_mode, "max_concurrency": _share(max_concurrency, w, k)}
+            {
+                "autoreset_mode": autoreset_mode,
+                "max_concurrency": _share(max_concurrency, blocks, k),
+                "spin_s": spin_s,
+            }
             for k in range(w)
         ]
-        self._pool = pool = Pool(bounds, payloads, settings, start_timeout_s)
-        # stops the workers on close(), on garbage collection and at interpreter exit
-        self._finalizer = weakref.finalize(self, pool.stop)
+        self._pool = pool = Pool(bounds[:w], payloads, settings, start_timeout_s, spin_s)
+        self._local: AsyncVectorEnv | None = None
+        held: list[AsyncVectorEnv] = []  # the driver's block, once built
+        # ends the workers (and closes the driver's block) on close(), on garbage collection
+        # and at interpreter exit
+        self._finalizer = weakref.finalize(self, _stop, pool, held)
         try:
             pool.start(list(range(w)))
+            if d:  # built while the workers start
+                self._local = AsyncVectorEnv(
+                    fns[m:],
+                    autoreset_mode=autoreset_mode,
+                    max_concurrency=_share(max_concurrency, blocks, w),
+                )
+                held.append(self._local)
             started = pool.collect(list(range(w)), self._apply)
         except BaseException:
             self._finalizer()
@@ -159,24 +207,46 @@ class ProcessVectorEnv(VectorEnv):
             ) from None
 
     def _exchange(self, msgs: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
+        mine = msgs.pop(self.num_workers, None)  # the driver's own block, if it has one
         data = self._encode(msgs)
         pool = self._pool
         owing = pool.owing()
         if owing:  # replies of an interrupted call (applied, then dropped), a ready message
             pool.collect(owing, self._apply)
         out: dict[int, Any] = pool.send_all(data)
+        if mine is not None:  # stepped while the workers step theirs
+            local = self._local
+            assert local is not None
+            try:
+                out[self.num_workers] = handle(local, mine)
+            finally:
+                self._mirror_local(local)
         out.update(pool.collect([k for k in data if k not in out], self._apply))
         return out
 
     async def _aexchange(self, msgs: dict[int, tuple[Any, ...]]) -> dict[int, Any]:
+        mine = msgs.pop(self.num_workers, None)
         data = self._encode(msgs)
         pool = self._pool
         owing = pool.owing()
         if owing:  # replies of an interrupted call (applied, then dropped), a ready message
             await pool.acollect(owing, self._apply)
         out: dict[int, Any] = pool.send_all(data)
+        if mine is not None:
+            local = self._local
+            assert local is not None
+            try:
+                out[self.num_workers] = await ahandle(local, mine)
+            finally:
+                self._mirror_local(local)
         out.update(await pool.acollect([k for k in data if k not in out], self._apply))
         return out
+
+    def _mirror_local(self, local: AsyncVectorEnv) -> None:
+        """Copy the driver's block's slot state into the mirror (also after an interrupt)."""
+        lo, hi = self._bounds[self.num_workers]
+        self._last_obs[lo:hi] = local._last_obs
+        self._done[lo:hi] = local._done
 
     def _revive(self, replies: dict[int, Any]) -> None:
         """Start a replacement for each lost worker; its slots count as finished episodes.
@@ -221,7 +291,7 @@ class ProcessVectorEnv(VectorEnv):
             terminated: list[bool] = []
             truncated: list[bool] = []
             infos: list[dict[str, Any]] = []
-            for k in range(self.num_workers):
+            for k in range(len(self._bounds)):
                 _, _, o, r, te, tr, info, _ = replies[k]
                 obs += o
                 rewards += r
@@ -340,6 +410,32 @@ class ProcessVectorEnv(VectorEnv):
             return
         self._closed = True
         self._finalizer()
+
+
+def layout(n: int, num_workers: int | None, driver_envs: int | None) -> tuple[int, int]:
+    """How many worker processes, and how many of the `n` slots the driver steps itself.
+
+    By default one block per core, the driver's included: the cores less one in workers and
+    an equal share in the driver (on one core, one worker and none). Naming `num_workers`
+    puts every env in that many workers unless `driver_envs` says otherwise.
+    """
+    cores = default_workers()
+    if driver_envs is None:
+        if num_workers is None and cores >= 2 and n >= 2:
+            w = min(cores - 1, n - 1)
+            return w, n // (w + 1)
+        driver_envs = 0
+    w = num_workers or max(1, cores - (driver_envs > 0))
+    return min(w, n - driver_envs), driver_envs
+
+
+def _stop(pool: Pool, held: list[AsyncVectorEnv]) -> None:
+    """Close the driver's block (if built), then end the workers."""
+    try:
+        for local in held:
+            local.close()
+    finally:
+        pool.stop()
 
 
 def _all_ok(replies: dict[int, Any]) -> bool:

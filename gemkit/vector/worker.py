@@ -18,8 +18,9 @@ in a frame (`encode`): a 5-byte header (the body's length, and whether the body 
 a few times faster for plain data, or `pickle`, for anything else), then the body:
 
 - driver -> worker, first: `("build", factories, settings)`, the block's env factories
-  (cloudpickled), the autoreset mode, the concurrency limit, and for a replacement the
-  slots' state to pick up.
+  (cloudpickled), the autoreset mode, the concurrency limit, how long to poll for the next
+  message before sleeping (`spin_s`, when the worker has a core of its own), and for a
+  replacement the slots' state to pick up.
 - worker -> driver, once built: `("ready", pid)`, or `("error", text)` when a factory raised
   (the worker then exits).
 - driver -> worker: `("step", actions)` (a list for the whole block, or a dict local index ->
@@ -29,6 +30,9 @@ a few times faster for plain data, or `pickle`, for anything else), then the bod
   truncated, infos, done)`, the columns of the slots asked (`keys` their local indices, None
   for the whole block; `done` their done flags after the call; rewards and flags None for a
   reset), or `("error", text)` when the call failed outside any env (a bug; no slot changed).
+
+The driver steps its own block (if it has one) with the same `handle` (`ahandle` on its
+loop), so its replies have the same shape.
 
 An env's exception never crosses as such: its slot's generator turns it into `info["error"]`
 in the worker, like in every vector. A value that cannot be pickled (an info holding a lock)
@@ -40,9 +44,11 @@ from __future__ import annotations
 import marshal
 import os
 import pickle
+import select
 import socket
 import struct
 import sys
+import time
 from typing import Any
 
 from gemkit.vector.aio import AsyncVectorEnv
@@ -113,14 +119,18 @@ def main(sock: socket.socket, payload: bytes, settings: dict[str, Any]) -> None:
         vec._done[:], vec._last_obs[:] = state
     sock.sendall(encode(("ready", os.getpid())))
     try:
-        serve(sock, vec)
+        serve(sock, vec, settings.get("spin_s", 0.0))
     finally:
         vec.close()
 
 
-def serve(sock: socket.socket, vec: AsyncVectorEnv) -> None:
+def serve(sock: socket.socket, vec: AsyncVectorEnv, spin_s: float = 0.0) -> None:
     """Answer the driver's calls until it says close or its end of the socket closes."""
     while True:
+        if spin_s:  # with a core of its own: poll a moment before sleeping in recv
+            until = time.perf_counter() + spin_s
+            while not select.select([sock], [], [], 0)[0] and time.perf_counter() < until:
+                pass
         try:
             msg = receive(sock)
         except (EOFError, OSError):  # the driver is gone
@@ -140,24 +150,43 @@ def serve(sock: socket.socket, vec: AsyncVectorEnv) -> None:
 def handle(vec: AsyncVectorEnv, msg: tuple[Any, ...]) -> tuple[Any, ...]:
     """Carry out one step or reset of the block; its reply's columns."""
     if msg[0] == "step":
-        actions = msg[1]
-        results = vec._step_results(actions)
-        if isinstance(actions, dict):
-            keys: list[int] | None = list(actions)
-            rows = [results[i] for i in actions]
-            done = [vec._done[i] for i in actions]
-        else:
-            keys, rows, done = None, list(results.values()), vec._done
-        obs, rewards, terminated, truncated, infos = zip(*rows, strict=True)
-        return ("ok", keys, obs, rewards, terminated, truncated, infos, done)
+        return step_reply(vec, msg[1], vec._step_results(msg[1]))
     if msg[0] == "reset":
         _, seeds, options, indices = msg
-        resets = vec._reset_results(seeds, options, indices)
-        keys = None if indices is None else list(resets)
-        obs, infos = zip(*resets.values(), strict=True)
-        done = vec._done if keys is None else [vec._done[i] for i in keys]
-        return ("ok", keys, obs, None, None, None, infos, done)
+        return reset_reply(vec, indices, vec._reset_results(seeds, options, indices))
     raise ValueError(f"unknown request {msg[0]!r}")
+
+
+async def ahandle(vec: AsyncVectorEnv, msg: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`handle` on the running event loop (the block the driver steps itself)."""
+    if msg[0] == "step":
+        return step_reply(vec, msg[1], await vec._astep_results(msg[1]))
+    if msg[0] == "reset":
+        _, seeds, options, indices = msg
+        return reset_reply(vec, indices, await vec._areset_results(seeds, options, indices))
+    raise ValueError(f"unknown request {msg[0]!r}")
+
+
+def step_reply(vec: AsyncVectorEnv, actions: Any, results: dict[int, Any]) -> tuple[Any, ...]:
+    """The reply to a step: the columns of the slots stepped, and their done flags."""
+    if isinstance(actions, dict):
+        keys: list[int] | None = list(actions)
+        rows = [results[i] for i in actions]
+        done = [vec._done[i] for i in actions]
+    else:
+        keys, rows, done = None, list(results.values()), vec._done
+    obs, rewards, terminated, truncated, infos = zip(*rows, strict=True)
+    return ("ok", keys, obs, rewards, terminated, truncated, infos, done)
+
+
+def reset_reply(
+    vec: AsyncVectorEnv, indices: list[int] | None, resets: dict[int, Any]
+) -> tuple[Any, ...]:
+    """The reply to a reset: the observations and infos of the slots reset."""
+    keys = None if indices is None else list(resets)
+    obs, infos = zip(*resets.values(), strict=True)
+    done = vec._done if keys is None else [vec._done[i] for i in keys]
+    return ("ok", keys, obs, None, None, None, infos, done)
 
 
 def _encode_reply(reply: tuple[Any, ...]) -> bytes:

@@ -26,7 +26,7 @@ import pytest
 import gemkit
 from gemkit.core import Env
 from gemkit.errors import VectorEnvError
-from gemkit.vector import ProcessVectorEnv, SyncVectorEnv
+from gemkit.vector import ProcessVectorEnv, SyncVectorEnv, process
 from gemkit.vector.process import _share
 from gemkit.wrappers.history import ChatHistory
 
@@ -130,17 +130,65 @@ def test_envs_run_in_worker_processes_each_holding_a_block_of_slots():
         assert v.envs == [] and v.num_workers == 2
 
 
-def test_workers_default_to_the_cores_this_process_may_use_and_never_outnumber_envs():
+def test_by_default_each_core_steps_a_block_of_slots_the_drivers_included():
     cores = len(os.sched_getaffinity(0))
     with ProcessVectorEnv([Probe] * 8) as v:
-        assert v.num_workers == min(cores, 8)
+        _, infos = v.reset(seed=0)
+        pids = [info["pid"] for info in infos]
+        if cores >= 2:
+            w = min(cores - 1, 7)
+            d = 8 // (w + 1)
+            assert (v.num_workers, v.driver_envs) == (w, d)
+            assert pids[8 - d :] == [os.getpid()] * d and os.getpid() not in pids[: 8 - d]
+        else:
+            assert (v.num_workers, v.driver_envs) == (1, 0)
     with ProcessVectorEnv([Probe]) as v:
-        assert v.num_workers == 1
+        assert (v.num_workers, v.driver_envs) == (1, 0)
+    with ProcessVectorEnv([Probe] * 8, num_workers=3) as v:  # named workers hold every env
+        assert (v.num_workers, v.driver_envs) == (3, 0)
 
 
-def test_async_twins_await_the_workers_without_blocking_the_loop():
+@pytest.mark.parametrize(
+    "n, cores, num_workers, driver_envs, layout",
+    [
+        (64, 2, None, None, (1, 32)),  # one worker, the driver steps the other half
+        (16, 16, None, None, (15, 1)),
+        (2, 16, None, None, (1, 1)),
+        (64, 1, None, None, (1, 0)),  # one core: all in a worker, the driver only waits
+        (64, 16, 4, None, (4, 0)),
+        (64, 2, None, 10, (1, 10)),
+        (64, 4, 2, 10, (2, 10)),
+        (5, 8, None, 4, (1, 4)),
+        (5, 8, None, 0, (5, 0)),
+    ],
+)
+def test_the_layout_of_workers_and_the_drivers_block(
+    monkeypatch, n, cores, num_workers, driver_envs, layout
+):
+    monkeypatch.setattr(process, "default_workers", lambda: cores)
+    assert process.layout(n, num_workers, driver_envs) == layout
+
+
+def test_a_wait_polls_before_sleeping_only_when_each_process_has_a_core(monkeypatch):
+    monkeypatch.setattr(process, "default_workers", lambda: 2)
+    with ProcessVectorEnv([Probe] * 4) as v:  # the driver and one worker
+        assert v._pool.spin_s == process.SPIN_S > 0
+    with ProcessVectorEnv([Probe] * 4, num_workers=2) as v:  # the driver sleeps, 2 workers run
+        assert v._pool.spin_s == 0
+        v.reset(seed=0)
+        assert v.step(["a"] * 4).observations == ["t=1 a=a"] * 4
+
+
+@pytest.mark.parametrize("num_workers, driver_envs", [(2, 0), (1, 2)])
+def test_async_twins_await_the_workers_without_blocking_the_loop(
+    monkeypatch, num_workers, driver_envs
+):
+    # envs in the driver count their peak here: put it back for the workers of later tests
+    # (cloudpickle ships this module's classes by value, class attributes included)
+    monkeypatch.setattr(Waiting, "peak", 0)
+
     async def main():
-        v = ProcessVectorEnv([Waiting] * 2, num_workers=2)
+        v = ProcessVectorEnv([Waiting] * 4, num_workers=num_workers, driver_envs=driver_envs)
         ticks = 0
 
         async def ticker():
@@ -151,14 +199,18 @@ def test_async_twins_await_the_workers_without_blocking_the_loop():
 
         t = asyncio.create_task(ticker())
         obs, _ = await v.areset(seed=0)
-        out = await v.astep(["slow", "slow"])
+        out = await v.astep(["slow"] * 4)
         t.cancel()
         v.close()
-        return obs, out.observations, ticks
+        return obs, out, ticks
 
-    obs, stepped, ticks = asyncio.run(main())
-    assert all(o.startswith("start ") for o in obs) and stepped == ["t=1 a=a"] * 2
-    assert ticks > 0, "the loop ran other tasks while the workers stepped"
+    obs, out, ticks = asyncio.run(main())
+    assert all(o.startswith("start ") for o in obs) and out.observations == ["t=1 a=a"] * 4
+    # the driver's block (if any) awaits its envs on the caller's loop, both at once
+    in_driver = [i["pid"] == os.getpid() for i in out.infos]
+    assert in_driver == [False] * (4 - driver_envs) + [True] * driver_envs
+    assert out.infos[3]["peak"] == 2
+    assert ticks > 0, "the loop ran other tasks while the envs waited"
 
 
 def test_max_concurrency_is_split_over_the_workers():
@@ -196,6 +248,29 @@ def test_a_killed_worker_is_reported_in_its_slots_and_replaced(mode):
     assert obs[2:] == ["t=1 a=c"] * 2
     assert not alive(first[1])
     v.close()
+
+
+def test_the_drivers_block_steps_on_when_a_worker_dies_and_closes_with_the_vector(tmp_path):
+    marker = str(tmp_path / "closed")
+    v = ProcessVectorEnv(
+        [functools.partial(Probe, marker=marker)] * 4, num_workers=1, driver_envs=2
+    )
+    _, infos = v.reset(seed=0)
+    assert [i["pid"] for i in infos][2:] == [os.getpid()] * 2
+    same = SyncVectorEnv([Probe] * 4).reset(seed=0)[1]
+    assert [i["draw"] for i in infos] == [i["draw"] for i in same]  # seeds, wherever envs run
+    obs, rew, _, trunc, infos = v.step(["crash", "a", "a", "b"])
+    assert all(
+        infos[i]["error"].startswith("WorkerLost: the worker process of envs 0-1") for i in (0, 1)
+    )
+    assert obs[2:] == ["t=1 a=a", "t=1 a=b"] and list(rew[2:]) == [1.0, 1.0]
+    lost = obs[1]
+    obs, *_ = v.step({0: "c", 3: "c"})  # a subset across the worker and the driver
+    assert obs[0].startswith("start ") and obs[1:] == [lost, "t=1 a=a", "t=2 a=c"]
+    v.close()
+    # the driver's two envs, and the replacement worker's two (the lost one closed nothing)
+    assert len(list(tmp_path.glob(f"closed.{os.getpid()}.*"))) == 2
+    assert len(list(tmp_path.glob("closed.*"))) == 4
 
 
 def test_a_worker_that_exits_or_dies_between_calls_is_reported_at_the_next_call():
@@ -260,8 +335,14 @@ def test_an_env_that_cannot_be_built_is_reported_with_its_error():
 def test_bad_arguments_have_clear_messages():
     with pytest.raises(VectorEnvError, match="num_workers"):
         ProcessVectorEnv([Probe], num_workers=0)
+    with pytest.raises(VectorEnvError, match="driver_envs must be from 0 to 1 .* got 2"):
+        ProcessVectorEnv([Probe] * 2, driver_envs=2)
     with pytest.raises(ValueError, match="num_workers is for the process and ray modes"):
         gemkit.make_vec("game:GuessTheNumber-v0-easy", 2, mode="async", num_workers=2)
+    with pytest.raises(ValueError, match="driver_envs is for the process mode, not 'ray'"):
+        gemkit.make_vec("game:GuessTheNumber-v0-easy", 2, mode="ray", driver_envs=1)
+    with gemkit.make_vec("game:GuessTheNumber-v0-easy", 3, mode="process", driver_envs=2) as v:
+        assert (v.num_workers, v.driver_envs) == (1, 2)
     with ProcessVectorEnv([Probe] * 2) as v:
         v.reset(seed=0)
         with pytest.raises(VectorEnvError, match="must pickle"):
@@ -407,3 +488,27 @@ def test_ctrl_c_interrupts_the_driver_only_and_the_vector_stays_consistent(tmp_p
     assert json.loads(lines[2]) == ["t=2 a=b", "t=2 a=b"]
     assert json.loads(lines[3]) == pids, "no worker saw the Ctrl-C"
     assert wait_gone(pids) == [] and len(list(tmp_path.glob("closed.*"))) == 2
+
+
+def test_ctrl_c_in_the_drivers_own_block_leaves_the_vector_consistent(tmp_path):
+    body = """
+    v.close()
+    d = ProcessVectorEnv([t.Probe] * 2, num_workers=1, driver_envs=1)
+    d.reset(seed=0)
+    try:  # the driver's own env sends it, once the worker has its message
+        d.step(["a", "interrupt:%d" % os.getpgid(0)])
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    # the worker's env took its step (its reply is read at the next call); the driver's was
+    # cut off before it counted
+    out = d.step(["b", "b"])
+    print(json.dumps(out.observations), flush=True)
+    print(json.dumps([info["pid"] == os.getpid() for info in out.infos]), flush=True)
+    d.close()
+    """
+    proc, _ = run_script(tmp_path, body)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1] == "interrupted"
+    assert json.loads(lines[2]) == ["t=2 a=b", "t=1 a=b"]
+    assert json.loads(lines[3]) == [False, True]

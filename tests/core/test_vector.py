@@ -1,7 +1,8 @@
 """Vector envs: autoreset modes, seeding, subset stepping, error isolation, concurrency.
 
 The slot rules are checked in every local mode: sync, async, and process (two worker
-processes, so the slots of one test span both).
+processes, so the slots of one test span both; and two workers with a block the driver steps
+itself).
 """
 
 from __future__ import annotations
@@ -62,10 +63,12 @@ def vec(kind, n=3, mode="next_step", env=Counter, **kw):
         return SyncVectorEnv(fns, autoreset_mode=mode)
     if kind == "process":
         return ProcessVectorEnv(fns, autoreset_mode=mode, num_workers=2)
+    if kind == "process+driver":  # a worker's share of the slots (n // 3) in the driver
+        return ProcessVectorEnv(fns, autoreset_mode=mode, num_workers=2, driver_envs=None)
     return AsyncVectorEnv(fns, autoreset_mode=mode)
 
 
-KINDS = ["sync", "async", "process"]
+KINDS = ["sync", "async", "process", "process+driver"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
