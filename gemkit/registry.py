@@ -356,10 +356,10 @@ def make_vec(
 ) -> VectorEnv:
     """Build `num_envs` copies of an env in a vector: mode `sync`, `async`, `process` or `ray`.
 
-    `num_workers` sets the worker processes (`process`) or actors (`ray`); the default is
-    one per core (in `process`, the driver steps one core's share itself and `driver_envs`
-    says how many: see `ProcessVectorEnv`). Other keyword arguments go to `make` (tools, tool
-    options, env arguments).
+    `num_workers` sets the worker processes (`process`) or actors (`ray`); by default each
+    core gets one (in `process`, the driver's core steps a share itself, `driver_envs` envs:
+    see `ProcessVectorEnv`). Other keyword arguments go to `make` (tools, tool options, env
+    arguments).
     """
     from gemkit.vector import AsyncVectorEnv, SyncVectorEnv
 

@@ -5,8 +5,8 @@ own, talking to the driver over a socket pair (the protocol is in `gemkit.vector
 One poller (epoll, else poll) watches every worker's socket and, where the platform has
 pidfds, its exit, so a wait never outlasts a worker that died; without pidfds a wait wakes
 every `POLL_S` to look. When each process has a core (`spin_s`), a wait for replies polls
-for that long before it sleeps. A Ctrl-C is deferred while a message goes out or a reply is read and
-applied (`_hold_interrupts`), so it never leaves a worker's stream half read.
+for that long before it sleeps. A Ctrl-C is deferred while a message goes out or a reply is
+read and applied (`_hold_interrupts`), so it never leaves a worker's stream half read.
 
 Ending a worker ends its session's process group, so what its envs started goes with it. The
 group id is only signalled while the worker is not yet reaped (its exit status is read with
