@@ -414,12 +414,21 @@ def test_close_closes_every_env_in_the_workers_and_ends_them(tmp_path):
         v.step(["a"] * 3)
 
 
-def test_a_vector_dropped_without_close_ends_its_workers():
-    v = ProcessVectorEnv([Probe] * 2, num_workers=2)
+@pytest.mark.parametrize("num_workers, driver_envs", [(2, 0), (1, 1)])
+def test_a_vector_dropped_without_close_ends_its_workers(tmp_path, num_workers, driver_envs):
+    marker = str(tmp_path / "closed")
+    v = ProcessVectorEnv(
+        [functools.partial(Probe, marker=marker)] * 2,
+        num_workers=num_workers,
+        driver_envs=driver_envs,
+    )
     pids = worker_pids(v)
     del v
     gc.collect()
     assert wait_gone(pids) == []
+    # the driver's envs are closed too
+    assert len(list(tmp_path.glob(f"closed.{os.getpid()}.*"))) == driver_envs
+    assert len(list(tmp_path.glob("closed.*"))) == 2
 
 
 SCRIPT = """
