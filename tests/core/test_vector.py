@@ -1,8 +1,8 @@
 """Vector envs: autoreset modes, seeding, subset stepping, error isolation, concurrency.
 
 The slot rules are checked in every local mode: sync, async, and process (two worker
-processes, so the slots of one test span both; and two workers with a block the driver steps
-itself).
+processes, so the slots of one test span both; and the same with the last slot stepped by the
+driver itself).
 """
 
 from __future__ import annotations
@@ -63,8 +63,10 @@ def vec(kind, n=3, mode="next_step", env=Counter, **kw):
         return SyncVectorEnv(fns, autoreset_mode=mode)
     if kind == "process":
         return ProcessVectorEnv(fns, autoreset_mode=mode, num_workers=2)
-    if kind == "process+driver":  # a worker's share of the slots (n // 3) in the driver
-        return ProcessVectorEnv(fns, autoreset_mode=mode, num_workers=2, driver_envs=None)
+    if kind == "process+driver":  # the last slot in the driver, the others in 1 or 2 workers
+        v = ProcessVectorEnv(fns, autoreset_mode=mode, num_workers=2, driver_envs=1)
+        assert v.driver_envs == 1 and v.num_workers == min(2, n - 1)
+        return v
     return AsyncVectorEnv(fns, autoreset_mode=mode)
 
 
@@ -346,6 +348,19 @@ def test_same_step_slot_whose_reset_failed_resets_at_its_next_step(kind, tmp_pat
     assert obs[0].startswith("start ") and list(rew) == [0.0, 0.0] and "error" not in infos[0]
     obs, *_ = v.step(["d", "d"])
     assert obs[0] == "t=1 a=d"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_reset_that_fails_in_every_slot_raises_with_each_slots_error(kind, tmp_path):
+    flag = tmp_path / "fail"
+    flag.touch()
+    v = vec(kind, n=3, env=FlakyReset, fail_path=str(flag))
+    with pytest.raises(VectorEnvError, match="every env failed to reset") as e:
+        v.reset(seed=0)
+    assert all(f"env {i}: RuntimeError: reset failed" in str(e.value) for i in range(3))
+    flag.unlink()
+    assert [o.startswith("start ") for o in v.reset(seed=0)[0]] == [True] * 3
+    v.close()
 
 
 class Odd(Counter):
