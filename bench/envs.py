@@ -11,9 +11,12 @@ Sections (`--cases`, default all of them):
 - `cpu`: CPU-bound envs, 16 of each, an answer graded in every step (`same_step` autoreset):
   math grading (`math:Builtin-v0`, sympy and math-verify), an rg dataset with a heavy scorer
   (`rg:simple_integration`, sympy), a toolworld verifier (`toolworld:TripPlanning-v0`), in the
-  sync, async and process vectors; and first, math grading in the process vector with 1
-  worker up to twice the cores (every env in the workers) and in its default layout (the
-  driver steps a core's share itself), to show how the rate grows with workers.
+  sync, async and process vectors. Math grading checks each answer in helper processes, up to
+  one per core (`gemkit.cores`), wherever it is awaited: so it also runs in the async vector
+  with `GEMKIT_CORES=1`, its rate on one core. First, the toolworld verifier (which computes
+  in the env's own process) in the process vector with 1 worker up to twice the cores (every
+  env in the workers) and in its default layout (the driver steps a core's share itself), to
+  show how the rate grows with workers.
 - then Ray (unless `--no-ray`), started only now so its daemons load no other row: each case
   of `modes` and `cpu` in the Ray vector next to the async vector again, and so the process
   vector's rate over Ray's.
@@ -46,6 +49,7 @@ import numpy as np
 
 import gemkit
 from gemkit.core import Env, ObservationWrapper
+from gemkit.cores import CORES_ENV
 from gemkit.envs.games.guess_the_number import GuessTheNumber
 from gemkit.vector import AsyncVectorEnv, SyncVectorEnv
 from gemkit.vector.aio import new_event_loop
@@ -356,8 +360,12 @@ class Case:
         """Build a vector per mode, warm each up, then time their trials taking turns."""
         vecs, starts = {}, {}
         for mode in modes:
-            vecs[mode], starts[mode] = build(self.env_id, self.n, mode, **self.make)
+            kind = mode.split(",")[0]  # "async, 1 core": the async vector with GEMKIT_CORES=1
+            vecs[mode], starts[mode] = build(self.env_id, self.n, kind, **self.make)
         trials = {m: self.trial(v) for m, v in vecs.items()}
+        for m in trials:
+            if m.endswith(", 1 core"):
+                trials[m] = one_core(trials[m])
         for trial in trials.values():
             trial()  # warm-up: imports, caches, the grading helper processes
         rates = interleaved(trials, rounds)
@@ -367,6 +375,23 @@ class Case:
         return rates
 
 
+def one_core(trial: Callable[[], int]) -> Callable[[], int]:
+    """`trial` with `GEMKIT_CORES=1` while it runs: the math grader checks one answer at a time."""
+
+    def run() -> int:
+        before = os.environ.get(CORES_ENV)
+        os.environ[CORES_ENV] = "1"
+        try:
+            return trial()
+        finally:
+            if before is None:
+                del os.environ[CORES_ENV]
+            else:
+                os.environ[CORES_ENV] = before
+
+    return run
+
+
 def compare(cases: list[Case], rounds: int, ray: bool) -> None:
     """Each case in the sync, async and process vectors, interleaved; then, with Ray started
     only now (its daemons would load the machine), Ray next to the async vector again."""
@@ -374,11 +399,16 @@ def compare(cases: list[Case], rounds: int, ray: bool) -> None:
     ratios = {}
     for case in cases:
         print(f"\n== {case.label} ({load()})")
-        rates = case.run(["sync", "async", "process"], rounds)
+        helpers = case.env_id.startswith("math:")  # its grader checks in helper processes
+        modes = ["sync", "async", *(["async, 1 core"] * helpers), "process"]
+        rates = case.run(modes, rounds)
         ratios[case.label] = max(rates["process"]) / max(rates["async"])
         w, d = layout(case.n, None, None)
         where = f"{w} worker{'s' * (w > 1)} + {d} envs in the driver" if d else f"{w} workers"
         print(f"  process ({where}, {cores} cores) / async: {paired(rates, 'process', 'async')}")
+        if helpers:
+            for top in ("async", "process"):
+                print(f"  {top} / async on 1 core: {paired(rates, top, 'async, 1 core')}")
     if not ray or not start_ray():
         return
     for case in cases:
@@ -434,8 +464,8 @@ def cpu_cases() -> list[Case]:
 
 
 def workers_section(rounds: int, max_workers: int) -> None:
-    """Math grading in the process vector by number of workers, interleaved."""
-    label, env_id, answers, n, steps, kw = CPU_CASES[0]
+    """The toolworld verifier in the process vector by number of workers, interleaved."""
+    label, env_id, answers, n, steps, kw = CPU_CASES[2]
     counts = sorted({1, *range(2, max_workers + 1, max(1, max_workers // 8)), max_workers})
     print(
         f"\n== {label}: the process vector by number of workers "

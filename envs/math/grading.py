@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from fractions import Fraction
 from typing import Any, Literal
 
+from gemkit.cores import usable_cores
 from gemkit.envs.math.replies import plain_text
 
 log = logging.getLogger(__name__)
@@ -407,7 +408,8 @@ def symbolic_equal(pred: str, gold: str, *, backend: Backend = "auto") -> bool:
     """Symbolic equivalence within `SYMBOLIC_TIMEOUT_S`, in any thread; False on timeout.
 
     In the main thread a POSIX interval timer interrupts the check; elsewhere (threads,
-    Windows) the check runs in a helper process that is killed and replaced when it is late.
+    Windows) the check runs in a helper process that is killed and replaced when it is late,
+    one helper per check in flight, up to one per core (`gemkit.cores.usable_cores`).
     A check that overran its limit is False even if it did answer (a late answer never passes).
     """
     on_main = threading.current_thread() is threading.main_thread()
@@ -558,7 +560,45 @@ class _HelperProcess:
             return False
 
 
-_WORKER = _HelperProcess()
+class _Helpers:
+    """The helper processes of this process, one check in each at a time, as many checks at
+    once as the cores (`usable_cores`, read at each check); more wait for a free helper.
+
+    So checks from many threads (an async vector's envs) run on every core, each in a
+    process of its own that is killed when late. A helper starts on first need: checks one at
+    a time never start a second one.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._helpers: list[_HelperProcess] = []
+        self._free: list[_HelperProcess] = []
+
+    def equal(self, pred: str, gold: str, backend: Backend) -> bool:
+        """`_HelperProcess.equal` in a free helper."""
+        with self._cond:
+            while len(self._helpers) - len(self._free) >= usable_cores():
+                self._cond.wait()
+            if self._free:
+                helper = self._free.pop()  # the most recently used: warm, and the others idle
+            else:
+                helper = _HelperProcess()  # started by its first check
+                self._helpers.append(helper)
+        try:
+            return helper.equal(pred, gold, backend)
+        finally:
+            with self._cond:
+                self._free.append(helper)
+                self._cond.notify()
+
+    def pids(self) -> list[int]:
+        """The process ids of the helpers running now."""
+        with self._cond:
+            helpers = list(self._helpers)
+        return [h._proc.pid for h in helpers if h._proc is not None and h._proc.poll() is None]
+
+
+_WORKER = _Helpers()
 
 
 # -- math-verify ----------------------------------------------------------------------------

@@ -34,13 +34,13 @@ Not covered here: more than one machine (`gemkit.vector.ray.RayVectorEnv`).
 
 from __future__ import annotations
 
-import os
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from gemkit.cores import usable_cores
 from gemkit.errors import VectorEnvError
 from gemkit.vector.aio import AsyncVectorEnv
 from gemkit.vector.base import SlotResult, VectorEnv, VectorStep, drive_sync
@@ -55,11 +55,8 @@ SPIN_S = 0.0003
 
 
 def default_workers() -> int:
-    """How many cores this process may run on (its CPU affinity), at least 1."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
+    """How many cores this process counts as its own (`gemkit.cores.usable_cores`)."""
+    return usable_cores()
 
 
 class _Dead:
@@ -147,7 +144,8 @@ class ProcessVectorEnv(VectorEnv):
         blocks = len(bounds)
         self._owner = [k for k, (lo, hi) in enumerate(bounds) for _ in range(lo, hi)]
         # with a core for each process (the driver's included), a wait polls before it sleeps
-        spin_s = SPIN_S if w + 1 <= default_workers() else 0.0
+        cores = default_workers()
+        spin_s = SPIN_S if w + 1 <= cores else 0.0
         fns = list(env_fns)
         payloads = [_dumps_factories(fns[lo:hi], lo) for lo, hi in bounds[:w]]
         settings = [
@@ -155,6 +153,10 @@ class ProcessVectorEnv(VectorEnv):
                 "autoreset_mode": autoreset_mode,
                 "max_concurrency": _share(max_concurrency, blocks, k),
                 "spin_s": spin_s,
+                # each worker counts its share of the cores, for what its envs start to use
+                # them (the math grader's helper processes); the driver is not counted, so
+                # while its block still computes, a worker done first leaves it its core
+                "cores": max(1, cores // w),
             }
             for k in range(w)
         ]

@@ -51,6 +51,7 @@ import sys
 import time
 from typing import Any
 
+from gemkit.cores import CORES_ENV
 from gemkit.vector.aio import AsyncVectorEnv
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -104,6 +105,8 @@ def boot() -> None:
 
 def main(sock: socket.socket, payload: bytes, settings: dict[str, Any]) -> None:
     """Build the block's envs from `payload` (pickled factories), then serve the driver."""
+    if settings.get("cores"):  # this worker's share of the cores, for what its envs start
+        os.environ[CORES_ENV] = str(settings["cores"])
     try:
         fns = pickle.loads(payload)
         vec = AsyncVectorEnv(

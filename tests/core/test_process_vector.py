@@ -92,6 +92,14 @@ class Waiting(Probe):
         return obs, reward, term, trunc, {**info, "peak": cls.peak}
 
 
+class Cores(Probe):
+    """Its reset info says how many cores its process counts as its own."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        return obs, {**info, "cores": os.environ.get("GEMKIT_CORES")}
+
+
 class Broken(Env):
     def __init__(self):
         raise ValueError("no such dataset")
@@ -146,6 +154,29 @@ def test_by_default_each_core_steps_a_block_of_slots_the_drivers_included():
         assert (v.num_workers, v.driver_envs) == (1, 0)
     with ProcessVectorEnv([Probe] * 8, num_workers=3) as v:  # named workers hold every env
         assert (v.num_workers, v.driver_envs) == (3, 0)
+
+
+@pytest.mark.parametrize(
+    "num_workers, driver_envs, workers_share",
+    [
+        (None, None, "1"),  # 3 workers (and the driver's block)
+        (2, 0, "2"),  # the driver only waits: two cores each
+        (3, 0, "1"),  # 4 // 3
+        (8, 0, "1"),  # more workers than cores: still one each
+    ],
+)
+def test_each_worker_counts_its_share_of_the_cores(
+    monkeypatch, num_workers, driver_envs, workers_share
+):
+    # what an env starts to spread work over cores (the math grader's helper processes)
+    # sizes itself by GEMKIT_CORES: a worker that counted every core would start them all
+    monkeypatch.setenv("GEMKIT_CORES", "4")
+    with ProcessVectorEnv([Cores] * 8, num_workers=num_workers, driver_envs=driver_envs) as v:
+        _, infos = v.reset(seed=0)
+        m = 8 - v.driver_envs
+        assert [i["cores"] for i in infos[:m]] == [workers_share] * m
+        assert [i["cores"] for i in infos[m:]] == ["4"] * v.driver_envs  # the caller's own
+    assert os.environ["GEMKIT_CORES"] == "4"
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import warnings
 
@@ -96,6 +97,105 @@ def test_symbolic_checks_have_a_hard_time_limit_in_any_thread(monkeypatch):
     worker.start()
     worker.join(300)
     assert out == [True, False]
+
+
+@pytest.fixture
+def helpers(monkeypatch):
+    """A fresh set of helper processes in place of this process's own; ended afterwards."""
+    made = grading._Helpers()
+    monkeypatch.setattr(grading, "_WORKER", made)
+    yield made
+    for helper in made._helpers:
+        helper._stop()
+
+
+def in_threads(checks: list[tuple[str, str]]) -> list[bool]:
+    """`grade` of each (pred, gold) in a thread of its own, all at once (no signals there)."""
+    out: dict[int, bool] = {}
+
+    def check(i: int, pred: str, gold: str) -> None:
+        out[i] = grade(pred, gold)
+
+    threads = [threading.Thread(target=check, args=(i, *c)) for i, c in enumerate(checks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    return [out.get(i) for i in range(len(checks))]
+
+
+HELPER_EQUAL = grading._HelperProcess.equal  # before any test wraps it
+
+
+def count_in_flight(monkeypatch, together: threading.Barrier | None = None) -> dict[str, int]:
+    """Count the checks inside helpers at once (`peak`); with `together`, each check waits
+    until that many are inside before it asks its helper."""
+    seen = {"now": 0, "peak": 0}
+    lock = threading.Lock()
+
+    def counted(self, pred, gold, backend):
+        with lock:
+            seen["now"] += 1
+            seen["peak"] = max(seen["peak"], seen["now"])
+        try:
+            if together is not None:
+                together.wait()
+            return HELPER_EQUAL(self, pred, gold, backend)
+        finally:
+            with lock:
+                seen["now"] -= 1
+
+    monkeypatch.setattr(grading._HelperProcess, "equal", counted)
+    return seen
+
+
+SYMBOLIC = [("(x+1)^2", "x^2+2x+1"), ("\\sqrt{8}", "2\\sqrt{2}"), ("(x+1)(x-1)", "x^2-2")]
+
+
+def test_checks_from_many_threads_run_in_helpers_up_to_one_per_core(monkeypatch, helpers):
+    # an async vector's envs check their answers from several threads at once: each check
+    # takes a helper process of its own, up to one per core, so grading uses every core
+    monkeypatch.setenv("GEMKIT_CORES", "2")
+    count_in_flight(monkeypatch, threading.Barrier(2, timeout=120))  # two inside at once...
+    assert in_threads(SYMBOLIC[:2]) == [True, True]  # ...so two helpers (one would deadlock)
+    pids = helpers.pids()
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+
+    seen = count_in_flight(monkeypatch)
+    assert in_threads(SYMBOLIC * 3) == [True, True, False] * 3
+    assert seen["peak"] <= 2 and sorted(helpers.pids()) == sorted(pids)  # no third helper
+
+    monkeypatch.setenv("GEMKIT_CORES", "1")  # a lower cap holds for helpers already running
+    seen = count_in_flight(monkeypatch)
+    assert in_threads(SYMBOLIC * 2) == [True, True, False] * 2
+    assert seen["peak"] == 1
+
+
+def test_a_late_check_replaces_only_its_own_helper(monkeypatch, helpers):
+    monkeypatch.setenv("GEMKIT_CORES", "2")
+    count_in_flight(monkeypatch, threading.Barrier(2, timeout=120))
+    assert in_threads(SYMBOLIC[:2]) == [True, True]
+    before = set(helpers.pids())
+    count_in_flight(monkeypatch)
+    monkeypatch.setattr(grading, "SYMBOLIC_TIMEOUT_S", 2.0)
+    monkeypatch.setattr(grading, "MAX_EXPANSION_TERMS", 10**9)
+    assert in_threads([("(x+y+z)^{99}", "x+1")]) == [False]  # expands for minutes: killed
+    left = set(helpers.pids())
+    assert len(left) == 1 and left < before  # the other helper still runs
+    assert in_threads(SYMBOLIC[:2]) == [True, True]
+
+
+def test_a_bad_gemkit_cores_is_refused_with_its_value(monkeypatch):
+    from gemkit.cores import CoresError, usable_cores
+
+    for bad in ("0", "-2", "two", "1.5"):
+        monkeypatch.setenv("GEMKIT_CORES", bad)
+        with pytest.raises(CoresError, match=f"GEMKIT_CORES must be a whole number.*{bad!r}"):
+            usable_cores()
+    monkeypatch.setenv("GEMKIT_CORES", " 3 ")
+    assert usable_cores() == 3
+    monkeypatch.delenv("GEMKIT_CORES")
+    assert usable_cores() == len(os.sched_getaffinity(0))
 
 
 @pytest.mark.parametrize("backend", ["sympy", "auto"])
