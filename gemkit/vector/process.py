@@ -105,6 +105,9 @@ class ProcessVectorEnv(VectorEnv):
       and off the caller's event loop in `astep`).
     - `max_concurrency`: bounds async env calls in flight, split over the workers (at least
       one each).
+    - Each worker counts the cores divided by the workers (at least one) as its own
+      (`GEMKIT_CORES` there, `gemkit.cores`): what its envs start to spread work over cores
+      sizes itself by that (the math grader's helper processes).
     - The env factories travel by cloudpickle (lambdas and closures too) to fresh interpreters;
       the caller's script is not run again there, so it needs no `__main__` guard. A worker
       has built its envs when the constructor returns (`start_timeout_s` each, at most).
