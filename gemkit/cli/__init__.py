@@ -58,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        from gemkit.cores import usable_cores
+
+        usable_cores()  # a bad GEMKIT_CORES stops the command here, not episodes midway
         return int(args.func(args) or 0)
     except GemkitError as e:
         from rich.markup import escape

@@ -129,6 +129,17 @@ def test_run_checks_every_id_and_policy_before_playing_any(tmp_path, capsys, cap
     assert not out.exists(), f"{ENV} was not played before the failing id was checked"
 
 
+def test_a_bad_gemkit_cores_stops_the_command_before_any_episode(tmp_path, capsys, monkeypatch):
+    # the math grader reads it at its first symbolic check: without this, only the episodes
+    # that reached one would fail, midway through the run
+    monkeypatch.setenv("GEMKIT_CORES", "many")
+    out = tmp_path / "run"
+    assert cli(["run", "math:Builtin-v0", "--policy", "random", "-n", "4", "--out", str(out)]) == 2
+    said_ = said(capsys)
+    assert "GEMKIT_CORES must be a whole number of cores" in said_ and "'many'" in said_
+    assert "Traceback" not in said_ and not out.exists()
+
+
 def test_an_id_whose_package_is_missing_is_refused_naming_the_install(capsys, odd_ids, tmp_path):
     assert cli(["run", odd_ids[0], "--policy", "random", "-n", "1"]) == 2
     said_ = said(capsys)
