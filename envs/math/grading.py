@@ -591,6 +591,11 @@ class _Helpers:
                 self._free.append(helper)
                 self._cond.notify()
 
+    def forget(self) -> None:
+        """In a forked child: the parent's helpers (and any it had busy) are not this one's."""
+        self._cond = threading.Condition()
+        self._helpers, self._free = [], []
+
     def pids(self) -> list[int]:
         """The process ids of the helpers running now."""
         with self._cond:
@@ -599,6 +604,8 @@ class _Helpers:
 
 
 _WORKER = _Helpers()
+if hasattr(os, "register_at_fork"):  # a child forked while checks ran would wait for them
+    os.register_at_fork(after_in_child=lambda: _WORKER.forget())
 
 
 # -- math-verify ----------------------------------------------------------------------------

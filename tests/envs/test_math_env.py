@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import threading
 import warnings
 
@@ -183,6 +184,47 @@ def test_a_late_check_replaces_only_its_own_helper(monkeypatch, helpers):
     left = set(helpers.pids())
     assert len(left) == 1 and left < before  # the other helper still runs
     assert in_threads(SYMBOLIC[:2]) == [True, True]
+
+
+def _grade_in_a_thread(out) -> None:
+    out.put(in_threads(SYMBOLIC[:1]))
+
+
+def test_a_child_forked_while_a_check_runs_grades_with_helpers_of_its_own(monkeypatch, helpers):
+    # a process pool forks (gemkit's process executor does) while another thread's check
+    # holds the only helper: the child must not wait for a check that is not running in it
+    import multiprocessing
+
+    monkeypatch.setenv("GEMKIT_CORES", "1")
+    parent, inside, release = os.getpid(), threading.Event(), threading.Event()
+
+    def held(self, pred, gold, backend):
+        if os.getpid() == parent:
+            inside.set()
+            release.wait(300)
+        return HELPER_EQUAL(self, pred, gold, backend)
+
+    monkeypatch.setattr(grading._HelperProcess, "equal", held)
+    busy = threading.Thread(target=grade, args=SYMBOLIC[0])
+    busy.start()
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    child = ctx.Process(target=_grade_in_a_thread, args=(out,), daemon=True)
+    try:
+        assert inside.wait(120)
+        child.start()
+        try:
+            got = out.get(timeout=300)
+        except queue.Empty:
+            got = "the child waited for its parent's busy helper"
+        child.join(60)
+    finally:
+        release.set()
+        busy.join(300)
+        if child.is_alive():
+            child.kill()
+    assert got == [True] and child.exitcode == 0
+    assert len(helpers.pids()) == 1  # the parent's own helper, untouched by the child
 
 
 def test_a_bad_gemkit_cores_is_refused_with_its_value(monkeypatch):
