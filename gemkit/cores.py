@@ -1,7 +1,7 @@
 """How many cores a gemkit process counts as its own: `GEMKIT_CORES`, else its CPU affinity.
 
 Whatever spreads work over cores sizes itself by `usable_cores()`: the process vector's
-default layout, and the math grader's helper processes. Setting `GEMKIT_CORES` caps them (a
+default layout, the process executor's default pool, and the math grader's helper processes. Setting `GEMKIT_CORES` caps them (a
 trainer that keeps cores for itself); the process vector sets it in each worker process to
 that worker's share, so a vector of workers does not start a full set of helpers in each.
 """

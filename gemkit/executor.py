@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import Any, TypeVar
 
+from gemkit.cores import usable_cores
 from gemkit.errors import GemkitError
 
 T = TypeVar("T")
@@ -161,14 +162,15 @@ class LocalExecutor(_FuturesExecutor):
 
 
 class ProcessExecutor(_FuturesExecutor):
-    """Runs on a pool of `workers` processes (default: CPU count); `fn` must pickle."""
+    """Runs on a pool of `workers` processes (default: `gemkit.cores.usable_cores`); `fn` must
+    pickle."""
 
     kind = "process"
 
     def __init__(
         self, workers: int | None = None, *, initializer: Init = None, initargs: tuple = ()
     ):
-        super().__init__(workers or os.cpu_count() or 1, initializer=initializer, initargs=initargs)
+        super().__init__(workers or usable_cores(), initializer=initializer, initargs=initargs)
         self._procs: cf.ProcessPoolExecutor | None = None
 
     def _pool(self) -> cf.Executor:

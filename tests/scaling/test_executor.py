@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -74,6 +75,16 @@ def test_map_keeps_item_order_and_the_initializer_runs_before_items(kind, worker
     word = f"{kind}{workers}"  # a word of its own: forked workers inherit this process's state
     with get_executor(kind, workers, initializer=remember, initargs=(word,)) as ex:
         assert list(ex.map(with_state, range(10))) == [f"{word}-{x}" for x in range(10)]
+
+
+def test_the_process_executor_defaults_to_the_cores_this_process_counts(monkeypatch):
+    # GEMKIT_CORES keeps cores for a trainer: a synthesis pool must not take them all back
+    monkeypatch.setenv("GEMKIT_CORES", "3")
+    with get_executor("process") as ex:
+        assert ex.workers == 3
+        assert sorted(ex.map_unordered(square, range(5))) == [0, 1, 4, 9, 16]
+    monkeypatch.delenv("GEMKIT_CORES")
+    assert get_executor("process").workers == len(os.sched_getaffinity(0))
 
 
 def test_unknown_executor_and_bad_worker_count_are_explained():
